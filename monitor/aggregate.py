@@ -1,0 +1,147 @@
+"""Mergeable statistics of many cells: empty, add (vectorised over a batch), merge.
+
+A `Table` holds, per cell key (release, dimension, value), one row of integer counts and
+one row of float sums laid out by `layout.Layout`, plus named extras (missing
+requirement ids, rubric versions). The release total is the cell (release, "", "").
+Counts and sums only: every ratio, mean and quantile is derived on read (`derive`), so
+adding is a scatter-add, merging is row addition, and both are exact, associative and
+commutative (sums are float; their addition is exact up to rounding).
+
+    >>> t = Table.empty(layout)
+    >>> rows = t.rows_of([("r1", (("language", "en"),))])   # -> [[0, 1]]
+    >>> t.add(rows, encode(traces, layout, admit))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from monitor.encode import Contributions
+from monitor.layout import Layout
+
+__all__ = ["TOTAL", "Cell", "CellKey", "Table"]
+
+CellKey = tuple[str, str, str]  # (release, dimension, value)
+TOTAL = ""  # dimension and value of a release's total cell
+
+
+class Cell(NamedTuple):
+    """The statistics of one cell, copied out of a table (an immutable value to derive from)."""
+
+    counts: np.ndarray
+    sums: np.ndarray
+    extras: dict[tuple[str, str], int]
+
+
+class Table:
+    """Statistics of many cells; rows are allocated on first use and never move."""
+
+    __slots__ = ("counts", "extras", "index", "keys", "layout", "sums")
+
+    def __init__(self, layout: Layout, capacity: int = 16) -> None:
+        self.layout = layout
+        self.index: dict[CellKey, int] = {}
+        self.keys: list[CellKey] = []
+        self.counts = np.zeros((capacity, layout.n_counts), np.int64)
+        self.sums = np.zeros((capacity, layout.n_sums), np.float64)
+        self.extras: dict[tuple[int, str, str], int] = {}
+
+    @classmethod
+    def empty(cls, layout: Layout) -> Table:
+        return cls(layout)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __iter__(self) -> Iterator[CellKey]:
+        return iter(self.keys)
+
+    def row(self, key: CellKey) -> int:
+        """The row of `key`, allocating it (and growing the arrays) if new."""
+        row = self.index.get(key)
+        if row is None:
+            row = len(self.keys)
+            self.index[key] = row
+            self.keys.append(key)
+            if row == len(self.counts):
+                self.counts = _grow(self.counts)
+                self.sums = _grow(self.sums)
+        return row
+
+    def rows_of(self, slicing: Sequence[tuple[str, tuple[tuple[str, str], ...]]]) -> np.ndarray:
+        """Rows of each trace's cells: its release total and one per slice pair (-1 pads)."""
+        width = 1 + max((len(pairs) for _, pairs in slicing), default=0)
+        rows = np.full((len(slicing), width), -1, np.int64)
+        for i, (release, pairs) in enumerate(slicing):
+            rows[i, 0] = self.row((release, TOTAL, TOTAL))
+            for j, (dim, value) in enumerate(pairs, 1):
+                rows[i, j] = self.row((release, dim, value))
+        return rows
+
+    def add(self, rows: np.ndarray, contrib: Contributions) -> None:
+        """Fold a batch: trace i contributes to every row in `rows[i]` (>= 0)."""
+        self._scatter(self.counts, rows, contrib.count_trace, contrib.count_col, None)
+        self._scatter(self.sums, rows, contrib.sum_trace, contrib.sum_col, contrib.sum_value)
+        for trace, kind, name in contrib.extras:
+            for row in rows[trace]:
+                if row >= 0:
+                    key = (int(row), kind, name)
+                    self.extras[key] = self.extras.get(key, 0) + 1
+
+    def add_columns(self, rows: Iterable[int], cols: Sequence[int], sign: int = 1) -> None:
+        """Add (or with sign -1, retract) +1 in `cols` of each row: label and feedback joins."""
+        for row in rows:
+            for col in cols:
+                self.counts[row, col] += sign
+
+    def merge(self, other: Table) -> Table:
+        """A new table holding the sum of both; neither operand changes."""
+        merged = Table(self.layout, max(16, len(self) + len(other)))
+        for table in (self, other):
+            target = np.asarray([merged.row(k) for k in table.keys], np.int64)
+            if len(target):
+                merged.counts[target] += table.counts[: len(table)]
+                merged.sums[target] += table.sums[: len(table)]
+            for (row, kind, name), n in table.extras.items():
+                key = (int(target[row]), kind, name)
+                merged.extras[key] = merged.extras.get(key, 0) + n
+        return merged
+
+    def cell(self, key: CellKey) -> Cell | None:
+        row = self.index.get(key)
+        if row is None:
+            return None
+        extras = {(k, n): v for (r, k, n), v in self.extras.items() if r == row}
+        return Cell(self.counts[row].copy(), self.sums[row].copy(), extras)
+
+    def cells(self) -> dict[CellKey, Cell]:
+        """Every cell as an immutable value (one pass over the extras)."""
+        extras: dict[int, dict[tuple[str, str], int]] = {}
+        for (row, kind, name), n in self.extras.items():
+            extras.setdefault(row, {})[(kind, name)] = n
+        return {
+            key: Cell(self.counts[row].copy(), self.sums[row].copy(), extras.get(row, {}))
+            for row, key in enumerate(self.keys)
+        }
+
+    @staticmethod
+    def _scatter(target: np.ndarray, rows: np.ndarray, trace: np.ndarray, col: np.ndarray,
+                 weights: np.ndarray | None) -> None:
+        if not len(trace):
+            return
+        cell_rows = rows[trace]  # (pairs, cells per trace)
+        flat = cell_rows * target.shape[1] + col[:, None]
+        mask = cell_rows >= 0
+        w = None if weights is None else np.broadcast_to(weights[:, None], flat.shape)[mask]
+        binned = np.bincount(flat[mask], weights=w)
+        view = target.reshape(-1)
+        view[: len(binned)] += binned.astype(target.dtype, copy=False)
+
+
+def _grow(array: np.ndarray) -> np.ndarray:
+    bigger = np.zeros((2 * len(array), array.shape[1]), array.dtype)
+    bigger[: len(array)] = array
+    return bigger

@@ -1,0 +1,155 @@
+"""The `ragmon` command: wiring of settings, files and the pipeline; nothing imports it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import IO, Any
+
+from monitor import render
+from monitor.ingest import Rejection
+from monitor.pipeline import Pipeline
+from monitor.settings import SettingsError, load
+from monitor.summary import build
+
+__all__ = ["main"]
+
+BATCH = 1000
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args))
+    except SettingsError as exc:
+        print(f"ragmon: {exc}", file=sys.stderr)
+        return 2
+    except _InputError as exc:
+        print(f"ragmon: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+class _InputError(Exception):
+    """An input file that cannot be read; the message names it."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ragmon", description="Production monitor for RAG answer/abstain decisions.")
+    parser.add_argument("--config", help="settings file (TOML or JSON); env RAGMON_* also apply")
+    sub = parser.add_subparsers(dest="command")
+    replay = sub.add_parser(
+        "replay", help="fold JSONL decision traces offline and summarise them",
+        description="Run the monitoring core over JSONL files of decision traces "
+                    "(- reads stdin). Labels and feedback are joined by trace_id.")
+    replay.add_argument("files", nargs="+", metavar="FILE", help="JSONL traces, or - for stdin")
+    replay.add_argument("--labels", action="append", default=[], metavar="FILE",
+                        help="JSONL rag-label/1 events (repeatable)")
+    replay.add_argument("--feedback", action="append", default=[], metavar="FILE",
+                        help="JSONL rag-feedback/1 events (repeatable)")
+    replay.add_argument("--out", metavar="FILE", help="write the summary JSON here")
+    replay.add_argument("--dlq", metavar="FILE",
+                        help="write rejected and late lines here, one JSON record each")
+    replay.add_argument("--json", action="store_true",
+                        help="print the summary JSON on stdout instead of the table")
+    replay.add_argument("--allowed-lateness-seconds", type=int, metavar="S",
+                        help="fold traces up to S seconds behind the newest one "
+                             "(default: the setting allowed_lateness_seconds)")
+    replay.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    replay.set_defaults(run=_replay)
+    return parser
+
+
+def _replay(args: argparse.Namespace) -> int:
+    overrides: dict[str, Any] = {}
+    if args.allowed_lateness_seconds is not None:
+        overrides["allowed_lateness_seconds"] = args.allowed_lateness_seconds
+    pipeline = Pipeline(load(args.config, **overrides))
+    paths = [*args.labels, *args.feedback, *args.files]
+    for path in paths:
+        if path != "-" and not Path(path).is_file():
+            raise _InputError(f"cannot read {path!r}: no such file")
+    with ExitStack() as stack:
+        dlq = stack.enter_context(_open_out(args.dlq)) if args.dlq else None
+        progress = render.progress(not args.no_progress, _total_bytes(paths))
+        stack.enter_context(progress)
+        for kind, files in (("labels", args.labels), ("feedback", args.feedback)):
+            for path in files:
+                for numbers, lines in _batches(path, progress):
+                    _write_dead(dlq, path, numbers, pipeline.feed_events(lines, kind))
+        for path in args.files:
+            for numbers, lines in _batches(path, progress):
+                _write_dead(dlq, path, numbers, pipeline.feed(lines))
+                pipeline.close_ready()
+    pipeline.close_ready(final=True)
+    summary = build(pipeline)
+    if args.out:
+        with _open_out(args.out) as out:
+            json.dump(summary, out, indent=2)
+            out.write("\n")
+    if args.json:
+        json.dump(summary, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        render.summary(summary)
+    return 0
+
+
+def _batches(path: str, progress: render.Progress) -> Iterator[tuple[list[int], list[bytes]]]:
+    """(line numbers, non-empty lines) in batches; blank lines are skipped, numbers from 1."""
+    try:
+        stream: IO[bytes] = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
+    except OSError as exc:
+        raise _InputError(f"cannot read {path!r}: {exc.strerror}") from None
+    with stream if path != "-" else ExitStack():
+        batch: list[bytes] = []
+        numbers: list[int] = []
+        for number, line in enumerate(stream, 1):
+            progress.advance(len(line))
+            line = line.rstrip(b"\r\n")
+            if line.strip():
+                batch.append(line)
+                numbers.append(number)
+            if len(batch) >= BATCH:
+                yield numbers, batch
+                batch, numbers = [], []
+        if batch:
+            yield numbers, batch
+
+
+def _write_dead(dlq: IO[str] | None, path: str, numbers: list[int],
+                dead: list[tuple[int, Rejection]]) -> None:
+    if dlq is None or not dead:
+        return
+    for index, rejection in dead:
+        record = {
+            "reason": rejection.reason,
+            "detail": rejection.detail,
+            "source": path,
+            "line": numbers[index],
+            "payload": rejection.payload.decode("utf-8", errors="replace"),
+        }
+        dlq.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+def _open_out(path: str) -> IO[str]:
+    try:
+        return open(path, "w", encoding="utf-8")
+    except OSError as exc:
+        raise _InputError(f"cannot write {path!r}: {exc.strerror}") from None
+
+
+def _total_bytes(paths: list[str]) -> int | None:
+    if "-" in paths:
+        return None
+    return sum(Path(p).stat().st_size for p in paths)

@@ -1,0 +1,138 @@
+"""The one fold both the streaming worker and the offline commands run.
+
+raw bytes -> ingest (parse, drop content) -> dedupe -> lateness -> slice -> encode ->
+window tables; labels and feedback -> join -> deltas into the trace's window. Closed
+windows are merged into running totals. The pipeline holds no I/O: callers feed it
+batches and route what it returns (dead letters) wherever their transport wants.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from typing import Final
+
+from monitor.aggregate import Table
+from monitor.contract import Feedback, Label, Trace, to_json
+from monitor.dedupe import Seen
+from monitor.encode import encode
+from monitor.ingest import Accepted, Cap, Rejection, Slicer, parse
+from monitor.labels import Delta, Joiner, TraceRef
+from monitor.layout import Layout, from_settings
+from monitor.settings import Settings
+from monitor.windows import Windows
+
+__all__ = ["INPUT_COUNTERS", "Pipeline"]
+
+INPUT_COUNTERS: Final = (
+    "read", "valid", "rejected", "duplicates", "late", "folded", "content_fields_dropped",
+)
+
+
+class Pipeline:
+    """Stateful fold of decision traces, labels and feedback into window statistics."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.layout: Layout = from_settings(settings)
+        self.slicer = Slicer(settings.slice_dimensions, settings.slice_values_max,
+                             settings.releases_max)
+        self.admit_missing = Cap(settings.missing_ids_max)
+        self.seen: Seen[TraceRef] = Seen(settings.trace_retention_seconds,
+                                         settings.trace_retention_max)
+        self.windows = Windows(self.layout, settings.window_seconds,
+                               settings.allowed_lateness_seconds)
+        self.joiner = Joiner(self.layout, settings.pending_retention_seconds,
+                             settings.pending_max)
+        self.totals = Table.empty(self.layout)
+        self.input: Counter[str] = Counter({name: 0 for name in INPUT_COUNTERS})
+        self.events: dict[str, Counter[str]] = {
+            kind: Counter({name: 0 for name in ("read", "valid", "rejected")})
+            for kind in ("labels", "feedback")
+        }
+        self.rejected_by_reason: Counter[str] = Counter()
+
+    def feed(self, raws: Iterable[bytes]) -> list[tuple[int, Rejection]]:
+        """Fold a batch of decision traces; return dead letters (rejected or late) by index."""
+        dead: list[tuple[int, Rejection]] = []
+        groups: dict[int, tuple[list[Trace], list[TraceRef]]] = defaultdict(lambda: ([], []))
+        deltas: list[Delta] = []
+        windows, seen, count = self.windows, self.seen, self.input
+        for index, raw in enumerate(raws):
+            count["read"] += 1
+            result = parse(raw, self.settings.max_message_bytes, Trace)
+            count["content_fields_dropped"] += result.content_fields_dropped
+            if isinstance(result, Rejection):
+                count["rejected"] += 1
+                self.rejected_by_reason[result.reason] += 1
+                dead.append((index, result))
+                continue
+            trace = result.event
+            assert isinstance(trace, Trace)
+            count["valid"] += 1
+            if trace.trace_id in seen.refs:
+                count["duplicates"] += 1
+                continue
+            ts = trace.ts.timestamp()
+            if windows.is_late(ts):
+                count["late"] += 1
+                detail = f"window closed at watermark {windows.watermark:.0f}"
+                dead.append((index, Rejection("late", detail, to_json(trace), 0)))
+                continue
+            windows.observe(ts)
+            ref = TraceRef(windows.start_of(ts), self.slicer.keys(trace), trace.decision)
+            seen.first(trace.trace_id, ts, ref)
+            group = groups[ref.window_start]
+            group[0].append(trace)
+            group[1].append(ref)
+            if self.joiner.pending:
+                deltas.extend(self.joiner.on_trace(trace.trace_id, ref))
+        for start, (traces, refs) in groups.items():
+            table = windows.table(start)
+            rows = table.rows_of([ref.slicing for ref in refs])
+            table.add(rows, encode(traces, self.layout, self.admit_missing))
+            count["folded"] += len(traces)
+        self._apply(deltas)
+        self._expire()
+        return dead
+
+    def feed_events(self, raws: Iterable[bytes], kind: str) -> list[tuple[int, Rejection]]:
+        """Fold label (`kind="labels"`) or feedback (`"feedback"`) messages."""
+        expect = Label if kind == "labels" else Feedback
+        count = self.events[kind]
+        dead: list[tuple[int, Rejection]] = []
+        deltas: list[Delta] = []
+        for index, raw in enumerate(raws):
+            count["read"] += 1
+            result = parse(raw, self.settings.max_message_bytes, expect)
+            self.input["content_fields_dropped"] += result.content_fields_dropped
+            if isinstance(result, Rejection):
+                count["rejected"] += 1
+                dead.append((index, result))
+                continue
+            count["valid"] += 1
+            assert isinstance(result, Accepted)
+            event = result.event
+            assert isinstance(event, Label | Feedback)
+            deltas.extend(self.joiner.on_event(event, self.seen))
+        self._apply(deltas)
+        return dead
+
+    def close_ready(self, final: bool = False) -> list[tuple[int, Table]]:
+        """Close windows past the lateness (all of them if `final`), merge them into totals."""
+        closed = self.windows.close_all() if final else self.windows.close_ready()
+        for _, table in closed:
+            self.totals = self.totals.merge(table)
+        return closed
+
+    def _apply(self, deltas: list[Delta]) -> None:
+        for delta in deltas:
+            table = self.windows.open.get(delta.window_start, self.totals)
+            rows = table.rows_of([delta.slicing])[0]
+            table.add_columns([int(r) for r in rows if r >= 0], delta.cols, delta.sign)
+
+    def _expire(self) -> None:
+        watermark = self.windows.watermark
+        self.seen.expire(watermark)
+        self.joiner.expire(watermark)
+        self.joiner.forget(self.seen.refs)

@@ -1,0 +1,131 @@
+"""One frozen settings object, read from `RAGMON_*` environment variables and an optional file.
+
+The only module that reads the environment. A bad value fails at start-up with the
+offending name and value in the message (`SettingsError`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from monitor.contract import KNOWN_REASONS
+
+__all__ = ["Settings", "SettingsError", "SignalRange", "load"]
+
+DEFAULT_DIMENSIONS = ("language", "fact_type", "source", "risk", "doc_version", "query_length")
+
+
+class SettingsError(ValueError):
+    """Configuration that cannot work; the message names the setting and its value."""
+
+
+class SignalRange(BaseModel):
+    """The fixed histogram range of one continuous signal (its scale is the retriever's)."""
+
+    model_config = ConfigDict(frozen=True)
+    lo: float = 0.0
+    hi: float = 1.0
+    bins: int = Field(default=50, ge=2, le=1000)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SignalRange:
+        if not self.lo < self.hi:
+            raise ValueError(f"lo ({self.lo}) must be below hi ({self.hi})")
+        return self
+
+
+_UNIT = SignalRange()
+
+
+class Settings(BaseSettings):
+    """Everything configurable about ragmon; see README for each setting."""
+
+    model_config = SettingsConfigDict(env_prefix="RAGMON_", frozen=True, extra="forbid")
+
+    max_message_bytes: int = Field(default=256 * 1024, ge=1024, le=16 * 1024 * 1024)
+    window_seconds: int = Field(default=60, ge=1, le=86_400)
+    allowed_lateness_seconds: int = Field(default=600, ge=0, le=30 * 86_400)
+    # How long (event time) a trace id is remembered: for duplicates and for label joins.
+    trace_retention_seconds: int = Field(default=86_400, ge=0)
+    trace_retention_max: int = Field(default=1_000_000, ge=1_000)
+    # How long a label or feedback event waits for its trace before it expires (counted).
+    pending_retention_seconds: int = Field(default=7 * 86_400, ge=0)
+    pending_max: int = Field(default=1_000_000, ge=1_000)
+    slice_dimensions: tuple[str, ...] = DEFAULT_DIMENSIONS
+    slice_values_max: int = Field(default=50, ge=1, le=10_000)
+    releases_max: int = Field(default=20, ge=1, le=1_000)
+    reasons: tuple[str, ...] = KNOWN_REASONS
+    missing_ids_max: int = Field(default=50, ge=1, le=10_000)
+    signals: dict[str, SignalRange] = Field(
+        default_factory=lambda: {
+            "top_score": _UNIT,
+            "query_coverage": _UNIT,
+            "supported_claim_ratio": _UNIT,
+            "critical_support": _UNIT,
+        }
+    )
+
+    @field_validator("slice_dimensions", "reasons", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        # Environment values arrive as "a,b,c".
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("reasons")
+    @classmethod
+    def _reason_codes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for code in value:
+            if not code or not all(c.islower() or c.isdigit() or c == "_" for c in code):
+                raise ValueError(f"reason code {code!r} is not [a-z0-9_]+")
+        if "other" in value:
+            raise ValueError("'other' is the overflow bucket and cannot be configured")
+        return value
+
+    @field_validator("slice_dimensions")
+    @classmethod
+    def _dimensions(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"slice dimensions repeat: {value}")
+        if len(value) > 16:
+            raise ValueError(f"at most 16 slice dimensions, got {len(value)}")
+        return value
+
+
+def load(path: str | Path | None = None, **overrides: Any) -> Settings:
+    """Read settings from `path` (TOML or JSON; default `$RAGMON_CONFIG`), env, overrides."""
+    path = path or os.environ.get("RAGMON_CONFIG")
+    values: dict[str, Any] = {}
+    if path:
+        values = _read_file(Path(path))
+    values.update(overrides)
+    try:
+        return Settings(**values)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}={err.get('input')!r}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise SettingsError(f"invalid ragmon settings: {problems}") from None
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SettingsError(f"cannot read settings file {str(path)!r}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except ValueError as exc:
+        raise SettingsError(f"settings file {str(path)!r} is not valid: {exc}") from None
+    if not isinstance(data, dict):
+        raise SettingsError(f"settings file {str(path)!r} must hold a table/object")
+    return data
