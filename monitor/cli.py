@@ -14,6 +14,7 @@ from monitor import render
 from monitor.ingest import Rejection
 from monitor.pipeline import Pipeline
 from monitor.settings import SettingsError, load
+from monitor.simulate import SCENARIOS, Simulator
 from monitor.summary import build
 
 __all__ = ["main"]
@@ -52,7 +53,10 @@ def _parser() -> argparse.ArgumentParser:
         "replay", help="fold JSONL decision traces offline and summarise them",
         description="Run the monitoring core over JSONL files of decision traces "
                     "(- reads stdin). Labels and feedback are joined by trace_id.")
-    replay.add_argument("files", nargs="+", metavar="FILE", help="JSONL traces, or - for stdin")
+    replay.add_argument("files", nargs="*", metavar="FILE", help="JSONL traces, or - for stdin")
+    replay.add_argument("--sample", action="store_true",
+                        help="replay a simulated sample (two releases, an index change "
+                             "half-way, labels and feedback) instead of files")
     replay.add_argument("--labels", action="append", default=[], metavar="FILE",
                         help="JSONL rag-label/1 events (repeatable)")
     replay.add_argument("--feedback", action="append", default=[], metavar="FILE",
@@ -67,10 +71,40 @@ def _parser() -> argparse.ArgumentParser:
                              "(default: the setting allowed_lateness_seconds)")
     replay.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     replay.set_defaults(run=_replay)
+    simulate = sub.add_parser("simulate", help="write simulated decision traces as JSONL",
+                              description="Seeded RAG traffic with a drift scenario.")
+    simulate.add_argument("--scenario", default="steady", choices=SCENARIOS)
+    simulate.add_argument("--traces", type=int, default=10_000, metavar="N")
+    simulate.add_argument("--change-at", type=int, default=None, metavar="I",
+                          help="trace index where the scenario's change starts (default N/2)")
+    simulate.add_argument("--seed", type=int, default=0)
+    simulate.add_argument("--rate", type=float, default=50.0,
+                          help="traces per second of event time")
+    simulate.add_argument("--out", default="-", metavar="FILE",
+                          help="traces JSONL (default stdout)")
+    simulate.add_argument("--labels", metavar="FILE", help="also write labels here")
+    simulate.add_argument("--feedback", metavar="FILE", help="also write feedback here")
+    simulate.set_defaults(run=_simulate)
     return parser
 
 
+def _simulate(args: argparse.Namespace) -> int:
+    change_at = args.traces // 2 if args.change_at is None else args.change_at
+    sim = Simulator(seed=args.seed, scenario=args.scenario, change_at=change_at, rate=args.rate)
+    with ExitStack() as stack:
+        out = sys.stdout.buffer if args.out == "-" else stack.enter_context(_open_bin(args.out))
+        for line in sim.traces(args.traces):
+            out.write(line + b"\n")
+    for path, lines in ((args.labels, sim.labels), (args.feedback, sim.feedback)):
+        if path:
+            with _open_bin(path) as f:
+                f.writelines(line + b"\n" for line in lines)
+    return 0
+
+
 def _replay(args: argparse.Namespace) -> int:
+    if args.sample == bool(args.files):
+        raise _InputError("replay needs FILE arguments or --sample (not both)")
     overrides: dict[str, Any] = {}
     if args.allowed_lateness_seconds is not None:
         overrides["allowed_lateness_seconds"] = args.allowed_lateness_seconds
@@ -91,6 +125,8 @@ def _replay(args: argparse.Namespace) -> int:
             for numbers, lines in _batches(path, progress):
                 _write_dead(dlq, path, numbers, pipeline.feed(lines))
                 pipeline.close_ready()
+        if args.sample:
+            _replay_sample(pipeline, dlq)
     pipeline.close_ready(final=True)
     summary = build(pipeline)
     if args.out:
@@ -103,6 +139,19 @@ def _replay(args: argparse.Namespace) -> int:
     else:
         render.summary(summary)
     return 0
+
+
+def _replay_sample(pipeline: Pipeline, dlq: IO[str] | None) -> None:
+    sim = Simulator(seed=0, scenario="index_change", change_at=10_000, label_share=0.05)
+    for start in range(0, 20_000, BATCH):
+        lines = list(sim.traces(BATCH))
+        numbers = list(range(start + 1, start + BATCH + 1))
+        _write_dead(dlq, "<sample>", numbers, pipeline.feed(lines))
+        pipeline.close_ready()
+    _write_dead(dlq, "<sample labels>", list(range(1, len(sim.labels) + 1)),
+                pipeline.feed_events(sim.labels, "labels"))
+    _write_dead(dlq, "<sample feedback>", list(range(1, len(sim.feedback) + 1)),
+                pipeline.feed_events(sim.feedback, "feedback"))
 
 
 def _batches(path: str, progress: render.Progress) -> Iterator[tuple[list[int], list[bytes]]]:
@@ -145,6 +194,13 @@ def _write_dead(dlq: IO[str] | None, path: str, numbers: list[int],
 def _open_out(path: str) -> IO[str]:
     try:
         return open(path, "w", encoding="utf-8")
+    except OSError as exc:
+        raise _InputError(f"cannot write {path!r}: {exc.strerror}") from None
+
+
+def _open_bin(path: str) -> IO[bytes]:
+    try:
+        return open(path, "wb")
     except OSError as exc:
         raise _InputError(f"cannot write {path!r}: {exc.strerror}") from None
 
