@@ -196,4 +196,5 @@ def _histogram(hist: Histogram, idx: list[int], values: list[float], ct: list[in
     sv.extend(values)
     st.extend(idx)
     sc.extend([hist.sum_col + 1] * len(idx))
-    sv.extend((arr * arr).tolist())
+    with np.errstate(over="ignore"):  # absurd but valid values overflow to inf, by design
+        sv.extend((arr * arr).tolist())

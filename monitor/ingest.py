@@ -66,13 +66,15 @@ def parse(raw: bytes, max_bytes: int = 256 * 1024,
     if len(raw) > max_bytes:
         return _reject_unparsed("too_large", f"{len(raw)} bytes > limit {max_bytes}", raw)
     if _ESCAPE in raw or _CONTENT_KEY.search(raw):
-        return _parse_slow(raw, max_bytes, expect)
+        return _parse_slow(raw, expect)
     try:
         event = _DECODER.decode(raw)
     except msgspec.ValidationError as exc:
         return Rejection(_classify(str(exc)), str(exc), raw, 0)
     except msgspec.DecodeError:
-        return _parse_slow(raw, max_bytes, expect)
+        return _parse_slow(raw, expect)
+    except RecursionError:
+        return _reject_unparsed("not_json", "nesting too deep", raw)
     return _check(event, 0, raw, expect)
 
 
@@ -99,7 +101,7 @@ def strip_content(obj: Any) -> tuple[Any, int]:
     return root[0], dropped
 
 
-def _parse_slow(raw: bytes, max_bytes: int, expect: type[Event] | None) -> Accepted | Rejection:
+def _parse_slow(raw: bytes, expect: type[Event] | None) -> Accepted | Rejection:
     try:
         obj = json.loads(raw)
     except RecursionError:
@@ -107,14 +109,17 @@ def _parse_slow(raw: bytes, max_bytes: int, expect: type[Event] | None) -> Accep
     except (ValueError, TypeError) as exc:
         return _reject_unparsed("not_json", str(exc)[:200], raw)
     clean, dropped = strip_content(obj)
-    if _has_non_finite(clean):
-        payload = json.dumps(clean, allow_nan=True).encode()
-        return Rejection("non_finite", "NaN or Infinity in a number field", payload, dropped)
-    payload = _ENCODER.encode(clean)
+    payload = b""
     try:
+        if _has_non_finite(clean):
+            payload = json.dumps(clean, allow_nan=True).encode()
+            return Rejection("non_finite", "NaN or Infinity in a number field", payload, dropped)
+        payload = _ENCODER.encode(clean)
         event = _DECODER.decode(payload)
     except msgspec.ValidationError as exc:
         return Rejection(_classify(str(exc)), str(exc), payload, dropped)
+    except RecursionError:
+        return Rejection("not_json", "nesting too deep", payload, dropped)
     except msgspec.DecodeError as exc:  # pragma: no cover - re-encoded JSON is valid JSON
         return Rejection("not_json", str(exc), payload, dropped)
     return _check(event, dropped, payload, expect)

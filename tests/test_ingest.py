@@ -1,0 +1,126 @@
+"""Ingest: every example accounted for, content fields dropped, reason codes stable."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+from conftest import lines
+from hypothesis import given, settings
+from strategies import traces
+
+from monitor.contract import Feedback, Label, Trace, to_json
+from monitor.ingest import REASONS, Accepted, Cap, Rejection, Slicer, parse, query_length
+
+BAD_REASONS = [
+    "not_json", "missing_field", "invalid_value", "non_finite", "reason_required",
+    "bad_trace_id", "bad_timestamp", "unknown_schema", "out_of_range", "not_object",
+]
+
+
+def test_bad_examples_are_rejected_with_their_reasons(examples):
+    results = [parse(raw) for raw in lines(examples / "bad-traces.jsonl")]
+    assert [r.reason for r in results[:10] if isinstance(r, Rejection)] == BAD_REASONS
+    assert all(r.reason in REASONS for r in results[:10])
+    valid = results[10]
+    assert isinstance(valid, Accepted)
+    assert valid.content_fields_dropped == 2
+    assert b"password" not in to_json(valid.event)
+
+
+def test_good_examples_are_accepted(examples):
+    for kind, name in ((Trace, "traces.jsonl"), (Label, "labels.jsonl"),
+                       (Feedback, "feedback.jsonl")):
+        for raw in lines(examples / name):
+            result = parse(raw, expect=kind)
+            assert isinstance(result, Accepted), result
+            assert isinstance(result.event, kind)
+
+
+def test_content_fields_are_dropped_at_any_depth():
+    raw = json.dumps({
+        "schema": "rag-decision/1", "trace_id": "t1", "ts": "2026-11-29T10:00:00Z",
+        "system": {"release": "r", "prompt": "system prompt"}, "decision": "answer",
+        "claims": [{"importance": "critical", "verdict": "supported", "text": "claim text"}],
+        "messages": [{"role": "user", "content": "hi"}], "answer": "secret answer",
+    }).encode()
+    result = parse(raw)
+    assert isinstance(result, Accepted)
+    assert result.content_fields_dropped == 4
+    assert b"secret" not in to_json(result.event)
+
+
+def test_rejected_payload_has_no_content():
+    raw = (b'{"schema":"rag-decision/1","trace_id":"t 1","ts":"2026-11-29T10:00:00Z",'
+           b'"system":{"release":"r"},"decision":"answer","question":"my password is hunter2"}')
+    result = parse(raw)
+    assert isinstance(result, Rejection) and result.reason == "bad_trace_id"
+    assert b"hunter2" not in result.payload and result.content_fields_dropped == 1
+    broken = b'{"trace_id": "x", "question": "my password is hunter2", '
+    result = parse(broken)
+    assert result.reason == "not_json" and b"hunter2" not in result.payload
+
+
+def test_escaped_content_keys_are_dropped_too():
+    raw = (b'{"schema":"rag-decision/1","trace_id":"t1","ts":"2026-11-29T10:00:00Z",'
+           b'"system":{"release":"r"},"decision":"answer","\\u0071uestion":"hunter2"}')
+    result = parse(raw)
+    assert isinstance(result, Accepted) and result.content_fields_dropped == 1
+
+
+@pytest.mark.parametrize(("raw", "reason"), ids=lambda v: str(v)[:30], argvalues=[
+    (b"x" * 300_000, "too_large"),
+    (b'{"schema":"rag-decision/1","trace_id":"t","ts":"2026-11-29T10:00:00",'
+     b'"system":{"release":"r"},"decision":"answer"}', "bad_timestamp"),
+    (b'{"trace_id":"t","ts":"2026-11-29T10:00:00Z","system":{"release":"r"},'
+     b'"decision":"answer"}', "missing_field"),
+    (b'{"schema":"rag-decision/1","trace_id":"t","ts":"2026-11-29T10:00:00Z",'
+     b'"system":{"release":"r"},"decision":"answer","signals":{"top_score":1e999}}',
+     "non_finite"),
+    (b'{"schema":"rag-decision/1","trace_id":"t","ts":"2026-11-29T10:00:00Z",'
+     b'"system":{"release":"r"},"decision":"answer","signals":{"top_score":"high"}}',
+     "wrong_type"),
+    (b'{"schema":"rag-decision/1","trace_id":"t","ts":"2026-11-29T10:00:00Z",'
+     b'"system":{"release":"r"},"decision":"answer","slice":{"language":"e\\nn"}}',
+     "bad_slice_value"),
+    (b'{"schema":"rag-decision/1","trace_id":"t","ts":"2026-11-29T10:00:00Z",'
+     b'"system":{"release":"r"},"decision":"answer","evals":{"faithfulness":1.5}}',
+     "out_of_range"),
+    (b'{"a":' * 50_000, "not_json"),
+    (b'[' * 100_000, "not_object"),
+    (b'\xff\xfe', "not_json"),
+    (b'"just a string"', "not_object"),
+])
+def test_reasons(raw, reason):
+    result = parse(raw)
+    assert isinstance(result, Rejection)
+    assert result.reason == reason, result
+
+
+def test_topic_expects_its_schema(examples):
+    label = lines(examples / "labels.jsonl")[0]
+    result = parse(label, expect=Trace)
+    assert isinstance(result, Rejection) and result.reason == "unexpected_schema"
+
+
+@given(traces())
+@settings(max_examples=300)
+def test_parse_serialise_parse_is_identity(trace):
+    first = parse(json.dumps(trace).encode())
+    assert isinstance(first, Accepted), first
+    second = parse(to_json(first.event))
+    assert isinstance(second, Accepted)
+    assert second.event == first.event
+    assert msgspec.json.decode(to_json(second.event))["schema"] == "rag-decision/1"
+
+
+def test_slicer_caps_values_and_derives_query_length(examples):
+    slicer = Slicer(("language", "query_length"), values_max=2, releases_max=1)
+    trace = parse(lines(examples / "traces.jsonl")[0]).event
+    assert slicer.keys(trace) == ("2026.11.3", (("language", "ru"), ("query_length", "long")))
+    cap = Cap(2)
+    assert [cap(v) for v in ("a", "b", "c", "a", "d")] == ["a", "b", "other", "a", "other"]
+    assert cap.overflowed == 2
+    assert [query_length(n) for n in (0, 5, 6, 15, 16)] == [
+        "short", "short", "medium", "medium", "long"]
