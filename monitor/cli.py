@@ -209,3 +209,7 @@ def _total_bytes(paths: list[str]) -> int | None:
     if "-" in paths:
         return None
     return sum(Path(p).stat().st_size for p in paths)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""`ragmon replay` end to end on the hand-made examples, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from monitor.cli import main
+
+BAD_REASONS = {
+    "not_json": 1, "missing_field": 1, "invalid_value": 1, "non_finite": 1,
+    "reason_required": 1, "bad_trace_id": 1, "bad_timestamp": 1, "unknown_schema": 1,
+    "out_of_range": 1, "not_object": 1,
+}
+
+
+def replay(tmp_path, *args):
+    out = tmp_path / "summary.json"
+    assert main(["replay", *map(str, args), "--out", str(out), "--no-progress"]) == 0
+    return json.loads(out.read_text())
+
+
+def one_trace(tmp_path, examples, trace_id):
+    line = next(raw for raw in (examples / "traces.jsonl").read_text().splitlines()
+                if f'"{trace_id}"' in raw)
+    path = tmp_path / f"{trace_id}.jsonl"
+    path.write_text(line + "\n")
+    return replay(tmp_path, path)["releases"]["2026.11.3"]["total"]
+
+
+def test_examples_summary(tmp_path, examples):
+    doc = replay(tmp_path, examples / "traces.jsonl", "--labels", examples / "labels.jsonl",
+                 "--feedback", examples / "feedback.jsonl")
+    assert doc["input"]["read"] == doc["input"]["valid"] == 9
+    total = doc["releases"]["2026.11.3"]["total"]
+    assert total["decisions"] == {"answer": 4, "partial": 1, "abstain": 4}
+    assert total["answer_coverage"] == pytest.approx(5 / 9)
+    assert total["critical_claim_unsupported_rate"] == pytest.approx(2 / 9)
+    assert total["gate_leaks"] == 1
+    assert total["requirements"]["missing"] == {"retention": 2, "shipping": 1}
+    assert total["checks"]["self_check_reject_rate"] == pytest.approx(1 / 4)
+    assert total["labels"]["labelled"] == 4
+    assert total["labels"]["selective_accuracy"] == pytest.approx(0.5)
+    assert total["feedback"] == {"up": 1, "down": 1}
+    assert doc["labels"]["joined"] == 4 and doc["feedback"]["joined"] == 2
+    date = doc["releases"]["2026.11.3"]["slices"]["fact_type"]["date"]
+    assert date["gate_leaks"] == 1 and date["traces"] == 2
+
+
+def test_per_trace_facts(tmp_path, examples):
+    first = one_trace(tmp_path, examples, "req-0001")
+    assert first["requirements"]["coverage_mean"] == pytest.approx(2 / 3)
+    assert first["requirements"]["missing"] == {"shipping": 1}
+    assert first["requirements"]["all_required_share"] == 0.0
+    second = one_trace(tmp_path, examples, "req-0002")
+    assert second["requirements"]["coverage_mean"] == 1.0
+    assert second["requirements"]["all_required_share"] == 1.0
+    leaks = {tid: one_trace(tmp_path, examples, tid)["gate_leaks"]
+             for tid in (f"req-000{i}" for i in range(1, 10))}
+    assert leaks == {tid: int(tid == "req-0007") for tid in leaks}
+
+
+def test_bad_input_is_accounted_for_and_content_never_leaks(tmp_path, examples):
+    dlq = tmp_path / "dlq.jsonl"
+    doc = replay(tmp_path, examples / "bad-traces.jsonl", "--dlq", dlq)
+    assert doc["input"] == {"read": 11, "valid": 1, "rejected": 10, "duplicates": 0,
+                            "late": 0, "folded": 1, "content_fields_dropped": 2}
+    assert doc["rejected_by_reason"] == BAD_REASONS
+    records = [json.loads(line) for line in dlq.read_text().splitlines()]
+    assert [r["line"] for r in records] == list(range(1, 11))
+    assert {r["reason"] for r in records} == set(BAD_REASONS)
+    stdout = subprocess.run(
+        [sys.executable, "-m", "monitor.cli", "replay", str(examples / "bad-traces.jsonl"),
+         "--json"], capture_output=True, text=True, check=True).stdout
+    for text in (dlq.read_text(), (tmp_path / "summary.json").read_text(), stdout):
+        assert "123456" not in text and "secret" not in text and "password" not in text
+
+
+def test_duplicates_and_stdin(tmp_path, examples):
+    data = (examples / "traces.jsonl").read_bytes()
+    proc = subprocess.run([sys.executable, "-m", "monitor.cli", "replay", "-", "--json"],
+                          input=data + data, capture_output=True, check=True)
+    doc = json.loads(proc.stdout)
+    assert doc["input"]["duplicates"] == 9
+    assert doc["releases"]["2026.11.3"]["total"]["traces"] == 9
+
+
+def test_unreadable_file_and_bad_option(tmp_path, capsys):
+    assert main(["replay", str(tmp_path / "missing.jsonl")]) == 2
+    assert "missing.jsonl" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["replay", "--no-such-option"])
+    assert exc.value.code == 2
+
+
+def test_bad_setting_names_the_value(tmp_path, examples, monkeypatch, capsys):
+    monkeypatch.setenv("RAGMON_WINDOW_SECONDS", "-5")
+    assert main(["replay", str(examples / "traces.jsonl")]) == 2
+    assert "window_seconds=" in capsys.readouterr().err
+
+
+def test_sample_runs(tmp_path):
+    doc = replay(tmp_path, "--sample")
+    assert doc["input"]["folded"] == 20_000
+    assert set(doc["releases"]) == {"2026.11.3", "2026.12.1"}
