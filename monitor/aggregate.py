@@ -21,6 +21,7 @@ import numpy as np
 
 from monitor.encode import Contributions
 from monitor.layout import Layout
+from monitor.slices import Slicing
 
 __all__ = ["TOTAL", "Cell", "CellKey", "Table"]
 
@@ -39,7 +40,7 @@ class Cell(NamedTuple):
 class Table:
     """Statistics of many cells; rows are allocated on first use and never move."""
 
-    __slots__ = ("counts", "extras", "index", "keys", "layout", "sums")
+    __slots__ = ("_rows", "counts", "extras", "index", "keys", "layout", "sums")
 
     def __init__(self, layout: Layout, capacity: int = 16) -> None:
         self.layout = layout
@@ -48,6 +49,7 @@ class Table:
         self.counts = np.zeros((capacity, layout.n_counts), np.int64)
         self.sums = np.zeros((capacity, layout.n_sums), np.float64)
         self.extras: dict[tuple[int, str, str], int] = {}
+        self._rows: dict[Slicing, tuple[int, ...]] = {}  # rows of a slicing, padded with -1
 
     @classmethod
     def empty(cls, layout: Layout) -> Table:
@@ -71,15 +73,19 @@ class Table:
                 self.sums = _grow(self.sums)
         return row
 
-    def rows_of(self, slicing: Sequence[tuple[str, tuple[tuple[str, str], ...]]]) -> np.ndarray:
+    def rows_of(self, slicing: Sequence[Slicing]) -> np.ndarray:
         """Rows of each trace's cells: its release total and one per slice pair (-1 pads)."""
-        width = 1 + max((len(pairs) for _, pairs in slicing), default=0)
-        rows = np.full((len(slicing), width), -1, np.int64)
-        for i, (release, pairs) in enumerate(slicing):
-            rows[i, 0] = self.row((release, TOTAL, TOTAL))
-            for j, (dim, value) in enumerate(pairs, 1):
-                rows[i, j] = self.row((release, dim, value))
-        return rows
+        cache = self._rows
+        rows = [cache.get(key) or self._rows_for(key) for key in slicing]
+        return np.array(rows, np.int64).reshape(len(rows), self.layout.cells_per_trace)
+
+    def _rows_for(self, key: Slicing) -> tuple[int, ...]:
+        release, pairs = key
+        rows = [self.row((release, TOTAL, TOTAL))]
+        rows.extend(self.row((release, dim, value)) for dim, value in pairs)
+        rows.extend([-1] * (self.layout.cells_per_trace - len(rows)))
+        self._rows[key] = padded = tuple(rows)
+        return padded
 
     def add(self, rows: np.ndarray, contrib: Contributions) -> None:
         """Fold a batch: trace i contributes to every row in `rows[i]` (>= 0)."""
@@ -132,11 +138,12 @@ class Table:
                  weights: np.ndarray | None) -> None:
         if not len(trace):
             return
-        cell_rows = rows[trace]  # (pairs, cells per trace)
-        flat = cell_rows * target.shape[1] + col[:, None]
-        mask = cell_rows >= 0
-        w = None if weights is None else np.broadcast_to(weights[:, None], flat.shape)[mask]
-        binned = np.bincount(flat[mask], weights=w)
+        width = target.shape[1]
+        # Shift rows by one so the -1 padding lands in a leading block that is dropped:
+        # no boolean mask over the (pairs x cells) matrix, which cost more than the sum.
+        flat = ((rows[trace] + 1) * width + col[:, None]).ravel()
+        w = None if weights is None else np.repeat(weights, rows.shape[1])
+        binned = np.bincount(flat, weights=w)[width:]
         view = target.reshape(-1)
         view[: len(binned)] += binned.astype(target.dtype, copy=False)
 

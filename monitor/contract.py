@@ -5,8 +5,10 @@ hot path: measured here, pydantic per event caps a pipeline at ~22k traces/s whi
 msgspec decodes and validates the same trace in C at ~60k/s. The constraints below are
 ../shared/CONTRACT.md, field by field; `ingest` turns their errors into reason codes.
 
-Unknown fields are ignored at every level, which also means content fields
-(`question`, `answer`, ...) never reach a model; `ingest` counts them before decoding.
+The models forbid unknown fields so that the fast path can trust a clean decode: a
+message with any field outside the contract (a content field such as `question`, or
+a harmless extra) takes ingest's slow path, which drops content fields (counted) and
+ignores the other unknown fields, as the contract says, before decoding again.
 """
 
 from __future__ import annotations
@@ -58,21 +60,23 @@ CONTENT_FIELDS: Final = frozenset(
 
 TraceId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
 ShortText = Annotated[str, Meta(min_length=1, max_length=128)]
-# Slice values become Prometheus label values: bounded, printable, no control characters.
-SliceValue = Annotated[str, Meta(pattern=r"^[^\x00-\x1f\x7f]{1,64}$")]
-ReasonCode = Annotated[str, Meta(pattern=r"^[a-z0-9_]{1,64}$")]
+# Slice values become Prometheus label values: bounded, and (checked in ingest: a control
+# character needs a backslash escape in JSON, so only such messages are scanned) printable.
+SliceValue = Annotated[str, Meta(min_length=1, max_length=64)]
+# The code format [a-z0-9_]{1,64} is checked in ingest, where known codes skip the regex.
+ReasonCode = Annotated[str, Meta(min_length=1, max_length=64)]
 Count = Annotated[int, Meta(ge=0, le=2**53)]
 NonNegative = Annotated[float, Meta(ge=0.0)]
 UnitScore = Annotated[float, Meta(ge=0.0, le=1.0)]
 
 
-class Otel(Struct, frozen=True):
+class Otel(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
     trace_id: Annotated[str, Meta(pattern=r"^[0-9a-f]{32}$")] | None = None
     span_id: Annotated[str, Meta(pattern=r"^[0-9a-f]{16}$")] | None = None
 
 
-class System(Struct, frozen=True):
-    release: Annotated[str, Meta(pattern=r"^[^\x00-\x1f\x7f]{1,64}$")]
+class System(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
+    release: Annotated[str, Meta(min_length=1, max_length=64)]
     app: SliceValue = "default"
     model: ShortText | None = None
     embedding_model: ShortText | None = None
@@ -87,12 +91,12 @@ class System(Struct, frozen=True):
                 self.reranker, self.prompt_version, self.gate_config)
 
 
-class Retrieval(Struct, frozen=True):
+class Retrieval(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
     chunk_ids: list[Annotated[str, Meta(max_length=256)]] = []
     top_k: Count | None = None
 
 
-class Claim(Struct, frozen=True):
+class Claim(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
     importance: Literal["critical", "normal"]
     verdict: Literal["supported", "unsupported", "contradicted"]
     id: Annotated[str, Meta(max_length=128)] | None = None
@@ -101,20 +105,20 @@ class Claim(Struct, frozen=True):
     rendered: bool = True
 
 
-class Requirements(Struct, frozen=True):
+class Requirements(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
     expected: list[ShortText] = []
     covered: list[ShortText] = []
     critical: list[ShortText] = []
     rubric: ShortText | None = None
 
 
-class Check(Struct, frozen=True):
+class Check(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
     citation: bool | None = None
     verbatim: bool | None = None
     self_check: Literal["pass", "reject", "skipped"] | None = None
 
 
-class Usage(Struct, frozen=True):
+class Usage(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
     latency_ms: NonNegative | None = None
     input_tokens: Count | None = None
     output_tokens: Count | None = None
@@ -122,7 +126,8 @@ class Usage(Struct, frozen=True):
     cost: NonNegative | None = None
 
 
-class Trace(Struct, frozen=True, tag_field="schema", tag=DECISION_SCHEMA):
+class Trace(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
+            tag_field="schema", tag=DECISION_SCHEMA):
     """One decision of the gate for one user request."""
 
     trace_id: TraceId
@@ -144,7 +149,8 @@ class Trace(Struct, frozen=True, tag_field="schema", tag=DECISION_SCHEMA):
     evals: dict[Annotated[str, Meta(max_length=64)], UnitScore] = {}
 
 
-class Label(Struct, frozen=True, tag_field="schema", tag=LABEL_SCHEMA):
+class Label(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
+            tag_field="schema", tag=LABEL_SCHEMA):
     """A later human or judge verdict on one trace."""
 
     trace_id: TraceId
@@ -155,7 +161,8 @@ class Label(Struct, frozen=True, tag_field="schema", tag=LABEL_SCHEMA):
     unsupported_critical: bool | None = None
 
 
-class Feedback(Struct, frozen=True, tag_field="schema", tag=FEEDBACK_SCHEMA):
+class Feedback(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
+               tag_field="schema", tag=FEEDBACK_SCHEMA):
     """A user's thumbs up (1) or down (-1) on one trace."""
 
     trace_id: TraceId

@@ -1,10 +1,13 @@
 """Bytes in, a valid event or a rejection with a stable reason out; content fields dropped.
 
-`parse` never raises on bad data. The fast path is one msgspec decode of the raw bytes;
-messages that may hold content fields (or unicode escapes that could spell one) or that
-msgspec cannot read take a slow path through Python's json module, which strips content
-fields at any depth and recognises NaN/Infinity so they are rejected as `non_finite`
-rather than `not_json`.
+`parse` never raises on bad data. The fast path is one strict msgspec decode of the raw
+bytes (the models forbid unknown fields): it holds for a message with no backslash
+escape, no field outside the contract and no content key in a free-form map, which is
+nearly every message. Anything else takes the slow path through Python's json module:
+content fields are dropped at any depth (and counted), other unknown fields ignored,
+NaN/Infinity recognised (`non_finite`, not `not_json`), control characters looked for,
+and the cleaned message decoded again. Rejections always take the slow path, so a
+dead-letter payload never carries content.
 """
 
 from __future__ import annotations
@@ -15,12 +18,11 @@ import re
 from typing import Any, Final, NamedTuple
 
 import msgspec
+from msgspec import inspect as mi
 
-from monitor.contract import CONTENT_FIELDS, Event, Feedback, Label, Trace
+from monitor.contract import CONTENT_FIELDS, KNOWN_REASONS, Event, Feedback, Label, Trace
 
-__all__ = [
-    "REASONS", "Accepted", "Cap", "Rejection", "Slicer", "parse", "query_length", "strip_content",
-]
+__all__ = ["REASONS", "Accepted", "Rejection", "parse", "strip_content"]
 
 REASONS: Final = (
     "not_json",
@@ -42,7 +44,9 @@ REASONS: Final = (
 _CONTENT_KEY = re.compile(
     rb'"(?:' + b"|".join(sorted(f.encode() for f in CONTENT_FIELDS)) + rb')"\s*:'
 )
-_ESCAPE = b"\\u"
+_REASON_CODE = re.compile(r"[a-z0-9_]{1,64}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_KNOWN_REASONS = frozenset(KNOWN_REASONS)
 _DECODER: Final = msgspec.json.Decoder(Trace | Label | Feedback)
 _ENCODER: Final = msgspec.json.Encoder()
 _DROPPED_MARK = b'..."[content fields dropped]"'
@@ -65,16 +69,18 @@ def parse(raw: bytes, max_bytes: int = 256 * 1024,
     """Decode and validate one message. `expect` narrows it to one event type (a topic's)."""
     if len(raw) > max_bytes:
         return _reject_unparsed("too_large", f"{len(raw)} bytes > limit {max_bytes}", raw)
-    if _ESCAPE in raw or _CONTENT_KEY.search(raw):
+    if b"\\" in raw:
         return _parse_slow(raw, expect)
     try:
         event = _DECODER.decode(raw)
-    except msgspec.ValidationError as exc:
-        return Rejection(_classify(str(exc)), str(exc), raw, 0)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return _parse_slow(raw, expect)
-    except RecursionError:
-        return _reject_unparsed("not_json", "nesting too deep", raw)
+    if isinstance(event, Trace) and (
+        (event.slice and not CONTENT_FIELDS.isdisjoint(event.slice))
+        or (event.signals and not CONTENT_FIELDS.isdisjoint(event.signals))
+        or (event.evals and not CONTENT_FIELDS.isdisjoint(event.evals))
+    ):
+        return _parse_slow(raw, expect)
     return _check(event, 0, raw, expect)
 
 
@@ -101,6 +107,35 @@ def strip_content(obj: Any) -> tuple[Any, int]:
     return root[0], dropped
 
 
+def _schema_tree(info: mi.Type) -> Any:
+    """Known field names per level of a model, for ignoring unknown fields in the slow path."""
+    if isinstance(info, mi.StructType):
+        tree = {f.encode_name: _schema_tree(f.type) for f in info.fields}
+        if info.tag_field:
+            tree[info.tag_field] = None
+        return tree
+    if isinstance(info, mi.ListType):
+        item = _schema_tree(info.item_type)
+        return None if item is None else [item]
+    if isinstance(info, mi.UnionType):
+        return next((t for t in map(_schema_tree, info.types) if t is not None), None)
+    return None  # scalars and free-form maps: nothing to prune
+
+
+_TREES: Final = {
+    model.__struct_config__.tag: _schema_tree(mi.type_info(model))
+    for model in (Trace, Label, Feedback)
+}
+
+
+def _prune(value: Any, tree: Any) -> Any:
+    if isinstance(tree, dict) and isinstance(value, dict):
+        return {k: _prune(v, tree[k]) for k, v in value.items() if k in tree}
+    if isinstance(tree, list) and isinstance(value, list):
+        return [_prune(v, tree[0]) for v in value]
+    return value
+
+
 def _parse_slow(raw: bytes, expect: type[Event] | None) -> Accepted | Rejection:
     try:
         obj = json.loads(raw)
@@ -115,27 +150,49 @@ def _parse_slow(raw: bytes, expect: type[Event] | None) -> Accepted | Rejection:
             payload = json.dumps(clean, allow_nan=True).encode()
             return Rejection("non_finite", "NaN or Infinity in a number field", payload, dropped)
         payload = _ENCODER.encode(clean)
-        event = _DECODER.decode(payload)
+        tree = _TREES.get(clean.get("schema")) if isinstance(clean, dict) else None
+        event = _DECODER.decode(payload if tree is None else _ENCODER.encode(_prune(clean, tree)))
     except msgspec.ValidationError as exc:
         return Rejection(_classify(str(exc)), str(exc), payload, dropped)
     except RecursionError:
         return Rejection("not_json", "nesting too deep", payload, dropped)
     except msgspec.DecodeError as exc:  # pragma: no cover - re-encoded JSON is valid JSON
         return Rejection("not_json", str(exc), payload, dropped)
+    if isinstance(event, Trace):
+        problem = _control_characters(event)
+        if problem is not None:
+            return Rejection(problem[0], problem[1], payload, dropped)
     return _check(event, dropped, payload, expect)
+
+
+def _control_characters(trace: Trace) -> tuple[str, str] | None:
+    """Control characters in values that become labels (only escaped JSON can hold them)."""
+    if _CONTROL.search(trace.system.release):
+        return "out_of_range", "control character in system.release"
+    for dim, value in trace.slice.items():
+        if _CONTROL.search(value) or _CONTROL.search(dim):
+            return "bad_slice_value", f"control character in slice.{dim!r}"
+    return None
 
 
 def _check(event: Event, dropped: int, payload: bytes,
            expect: type[Event] | None) -> Accepted | Rejection:
-    """Rules the models cannot express: a zone on `ts`, a reason on abstain, the topic's type."""
+    """Rules the models cannot express: a zone on `ts`, the reason, the topic's type."""
     if expect is not None and not isinstance(event, expect):
         detail = f"expected {expect.__struct_config__.tag}, got {type(event).__struct_config__.tag}"
         return Rejection("unexpected_schema", detail, payload, dropped)
     if event.ts.tzinfo is None:
         return Rejection("bad_timestamp", "ts has no time zone (RFC 3339 needs one)",
                          payload, dropped)
-    if isinstance(event, Trace) and event.decision == "abstain" and event.reason is None:
-        return Rejection("reason_required", "decision abstain needs a reason", payload, dropped)
+    if isinstance(event, Trace):
+        reason = event.reason
+        if reason is None:
+            if event.decision == "abstain":
+                return Rejection("reason_required", "decision abstain needs a reason",
+                                 payload, dropped)
+        elif reason not in _KNOWN_REASONS and not _REASON_CODE.fullmatch(reason):
+            return Rejection("out_of_range", f"reason {reason!r} is not [a-z0-9_]{{1,64}}",
+                             payload, dropped)
     return Accepted(event, dropped)
 
 
@@ -158,9 +215,7 @@ def _classify(message: str) -> str:
         return "non_finite"  # a float literal beyond double range would become inf
     if message.startswith("Invalid enum value"):
         return "invalid_value"
-    if message.startswith("Expected `") and (
-        ", got `" in message or "`, got" in message
-    ):
+    if message.startswith("Expected `") and ", got `" in message:
         return "wrong_type"
     return "out_of_range"
 
@@ -182,64 +237,9 @@ def _has_non_finite(obj: Any) -> bool:
 def _reject_unparsed(reason: str, detail: str, raw: bytes) -> Rejection:
     """A rejection for bytes we could not parse: cut at the first content key, if any."""
     match = _CONTENT_KEY.search(raw)
-    if match is None and _ESCAPE in raw:
+    if match is None and b"\\u" in raw:
         match = re.search(rb'"[^"]*\\u', raw)
     if match is None:
         return Rejection(reason, detail, raw, 0)
     dropped = max(1, len(_CONTENT_KEY.findall(raw)))
     return Rejection(reason, detail, raw[: match.start()] + _DROPPED_MARK, dropped)
-
-
-class Cap:
-    """Admits the first `limit` distinct values of a label; later ones become `other`.
-
-    This is the cardinality budget at its source: an attacker sending 10^5 distinct
-    slice values raises `overflowed`, not the number of cells or exported series.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.admitted: set[str] = set()
-        self.overflowed = 0
-
-    def __call__(self, value: str) -> str:
-        if value in self.admitted:
-            return value
-        if len(self.admitted) < self.limit:
-            self.admitted.add(value)
-            return value
-        self.overflowed += 1
-        return "other"
-
-
-def query_length(tokens: int) -> str:
-    """The derived slice dimension `query_length` (CONTRACT.md)."""
-    return "short" if tokens <= 5 else "medium" if tokens <= 15 else "long"
-
-
-class Slicer:
-    """The (release, ((dimension, value), ...)) key of a trace: configured, capped, derived."""
-
-    def __init__(self, dimensions: tuple[str, ...], values_max: int, releases_max: int) -> None:
-        self.dimensions = dimensions
-        self.releases = Cap(releases_max)
-        self.values = {dim: Cap(values_max) for dim in dimensions}
-
-    def keys(self, trace: Trace) -> tuple[str, tuple[tuple[str, str], ...]]:
-        pairs = []
-        for dim in self.dimensions:
-            if dim == "query_length" and "query_length" not in trace.slice:
-                if trace.query_tokens is None:
-                    continue
-                value = query_length(trace.query_tokens)
-            else:
-                raw = trace.slice.get(dim)
-                if raw is None:
-                    continue
-                value = self.values[dim](raw)
-            pairs.append((dim, value))
-        return self.releases(trace.system.release), tuple(pairs)
-
-    @property
-    def overflowed(self) -> int:
-        return self.releases.overflowed + sum(cap.overflowed for cap in self.values.values())

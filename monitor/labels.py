@@ -19,10 +19,10 @@ from monitor.contract import Feedback, Label
 from monitor.dedupe import Seen
 from monitor.encode import feedback_columns, label_columns
 from monitor.layout import Layout
+from monitor.slices import Slicing
 
 __all__ = ["Delta", "Joiner", "TraceRef", "kind_of"]
 
-Slicing = tuple[str, tuple[tuple[str, str], ...]]
 _PRIORITY = {"judge": 0, "human": 1}
 
 

@@ -82,6 +82,7 @@ class Layout:
     evals: tuple[str, ...]
     n_counts: int = field(default=0)
     n_sums: int = field(default=0)
+    cells_per_trace: int = 1  # the release total plus one cell per slice dimension
 
     def reason_column(self, code: str) -> int:
         col = self.counts.get(f"reason_{code}")
@@ -114,4 +115,5 @@ def from_settings(settings: Settings) -> Layout:
     for name, hist in list(histograms.items()):
         histograms[name] = Histogram(name, hist.edges, offset, hist.count_col, hist.sum_col)
         offset += hist.width
-    return Layout(counts, sums, reasons, histograms, EVALS, offset, len(sums))
+    return Layout(counts, sums, reasons, histograms, EVALS, offset, len(sums),
+                  1 + len(settings.slice_dimensions))

@@ -8,18 +8,19 @@ batches and route what it returns (dead letters) wherever their transport wants.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable
 from typing import Final
 
 from monitor.aggregate import Table
 from monitor.contract import Feedback, Label, Trace, to_json
 from monitor.dedupe import Seen
-from monitor.encode import encode
-from monitor.ingest import Accepted, Cap, Rejection, Slicer, parse
+from monitor.encode import Encoder
+from monitor.ingest import Accepted, Rejection, parse
 from monitor.labels import Delta, Joiner, TraceRef
 from monitor.layout import Layout, from_settings
 from monitor.settings import Settings
+from monitor.slices import Cap, Slicer, Slicing
 from monitor.windows import Windows
 
 __all__ = ["INPUT_COUNTERS", "Pipeline"]
@@ -55,9 +56,9 @@ class Pipeline:
     def feed(self, raws: Iterable[bytes]) -> list[tuple[int, Rejection]]:
         """Fold a batch of decision traces; return dead letters (rejected or late) by index."""
         dead: list[tuple[int, Rejection]] = []
-        groups: dict[int, tuple[list[Trace], list[TraceRef]]] = defaultdict(lambda: ([], []))
+        groups: dict[int, tuple[Encoder, list[Slicing]]] = {}
         deltas: list[Delta] = []
-        windows, seen, count = self.windows, self.seen, self.input
+        windows, seen, count, joiner = self.windows, self.seen, self.input, self.joiner
         for index, raw in enumerate(raws):
             count["read"] += 1
             result = parse(raw, self.settings.max_message_bytes, Trace)
@@ -82,16 +83,17 @@ class Pipeline:
             windows.observe(ts)
             ref = TraceRef(windows.start_of(ts), self.slicer.keys(trace), trace.decision)
             seen.first(trace.trace_id, ts, ref)
-            group = groups[ref.window_start]
+            group = groups.get(ref.window_start)
+            if group is None:
+                group = groups[ref.window_start] = (Encoder(self.layout, self.admit_missing), [])
             group[0].append(trace)
-            group[1].append(ref)
-            if self.joiner.pending:
-                deltas.extend(self.joiner.on_trace(trace.trace_id, ref))
-        for start, (traces, refs) in groups.items():
+            group[1].append(ref.slicing)
+            if joiner.pending:
+                deltas.extend(joiner.on_trace(trace.trace_id, ref))
+        for start, (encoder, slicings) in groups.items():
             table = windows.table(start)
-            rows = table.rows_of([ref.slicing for ref in refs])
-            table.add(rows, encode(traces, self.layout, self.admit_missing))
-            count["folded"] += len(traces)
+            table.add(table.rows_of(slicings), encoder.finish())
+            count["folded"] += encoder.n
         self._apply(deltas)
         self._expire()
         return dead

@@ -12,9 +12,10 @@ from strategies import traces
 from monitor.aggregate import TOTAL, Table
 from monitor.derive import summarize
 from monitor.encode import encode
-from monitor.ingest import Accepted, Cap, Slicer, parse
+from monitor.ingest import Accepted, parse
 from monitor.layout import from_settings
 from monitor.settings import load
+from monitor.slices import Cap, Slicer
 
 LAYOUT = from_settings(load())
 

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from strategies import traces
 
 from monitor.contract import Feedback, Label, Trace, to_json
-from monitor.ingest import REASONS, Accepted, Cap, Rejection, Slicer, parse, query_length
+from monitor.ingest import REASONS, Accepted, Rejection, parse
+from monitor.slices import Cap, Slicer, query_length
 
 BAD_REASONS = [
     "not_json", "missing_field", "invalid_value", "non_finite", "reason_required",
@@ -88,7 +89,7 @@ def test_escaped_content_keys_are_dropped_too():
      b'"system":{"release":"r"},"decision":"answer","evals":{"faithfulness":1.5}}',
      "out_of_range"),
     (b'{"a":' * 50_000, "not_json"),
-    (b'[' * 100_000, "not_object"),
+    (b'[' * 100_000, "not_json"),
     (b'\xff\xfe', "not_json"),
     (b'"just a string"', "not_object"),
 ])
@@ -124,3 +125,35 @@ def test_slicer_caps_values_and_derives_query_length(examples):
     assert cap.overflowed == 2
     assert [query_length(n) for n in (0, 5, 6, 15, 16)] == [
         "short", "short", "medium", "medium", "long"]
+
+
+def test_unknown_fields_are_ignored_at_every_level():
+    raw = (b'{"schema":"rag-decision/1","trace_id":"t1","ts":"2026-11-29T10:00:00Z",'
+           b'"system":{"release":"r","region":"eu"},"decision":"answer","extra":{"x":1},'
+           b'"claims":[{"importance":"critical","verdict":"supported","score2":0.5}]}')
+    result = parse(raw)
+    assert isinstance(result, Accepted) and result.content_fields_dropped == 0
+    assert result.event.claims[0].verdict == "supported"
+
+
+def test_content_key_in_a_free_form_map_is_dropped():
+    raw = (b'{"schema":"rag-decision/1","trace_id":"t1","ts":"2026-11-29T10:00:00Z",'
+           b'"system":{"release":"r"},"decision":"answer","slice":{"question":"pw hunter2"}}')
+    result = parse(raw)
+    assert isinstance(result, Accepted) and result.content_fields_dropped == 1
+    assert result.event.slice == {}
+
+
+def test_escaped_control_character_in_a_slice_value_is_rejected():
+    raw = (b'{"schema":"rag-decision/1","trace_id":"t1","ts":"2026-11-29T10:00:00Z",'
+           b'"system":{"release":"r"},"decision":"answer","slice":{"language":"e\\u0007n"}}')
+    assert parse(raw).reason == "bad_slice_value"
+    ok = raw.replace(b"e\\u0007n", b"\\u00e9n")  # an escaped, printable character is fine
+    assert isinstance(parse(ok), Accepted)
+
+
+def test_reason_code_format():
+    base = (b'{"schema":"rag-decision/1","trace_id":"t1","ts":"2026-11-29T10:00:00Z",'
+            b'"system":{"release":"r"},"decision":"abstain","reason":"%s"}')
+    assert isinstance(parse(base % b"tenant_policy_2"), Accepted)
+    assert parse(base % b"Bad Code").reason == "out_of_range"

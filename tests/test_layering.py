@@ -9,8 +9,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "monitor"
 # Left to right: a module may import only modules to its left. cli wires; nothing imports it.
 ORDER = [
-    "contract", "settings", "ingest", "layout", "encode", "aggregate", "windows", "dedupe",
-    "labels", "derive", "pipeline", "summary", "simulate", "render", "cli",
+    "contract", "settings", "ingest", "slices", "layout", "encode", "aggregate", "windows",
+    "dedupe", "labels", "derive", "pipeline", "summary", "simulate", "render", "cli",
 ]
 THIRD_PARTY_HOMES = {
     "faust": {"app"}, "prometheus_client": {"export"}, "kafka": {"client"},
