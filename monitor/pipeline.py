@@ -59,19 +59,19 @@ class Pipeline:
         groups: dict[int, tuple[Encoder, list[Slicing]]] = {}
         deltas: list[Delta] = []
         windows, seen, count, joiner = self.windows, self.seen, self.input, self.joiner
+        refs, keys, max_bytes = seen.refs, self.slicer.keys, self.settings.max_message_bytes
+        read = dropped = 0
         for index, raw in enumerate(raws):
-            count["read"] += 1
-            result = parse(raw, self.settings.max_message_bytes, Trace)
-            count["content_fields_dropped"] += result.content_fields_dropped
-            if isinstance(result, Rejection):
-                count["rejected"] += 1
+            read += 1
+            result = parse(raw, max_bytes, Trace)
+            dropped += result.content_fields_dropped
+            if type(result) is Rejection:
                 self.rejected_by_reason[result.reason] += 1
                 dead.append((index, result))
                 continue
             trace = result.event
             assert isinstance(trace, Trace)
-            count["valid"] += 1
-            if trace.trace_id in seen.refs:
+            if trace.trace_id in refs:
                 count["duplicates"] += 1
                 continue
             ts = trace.ts.timestamp()
@@ -81,7 +81,7 @@ class Pipeline:
                 dead.append((index, Rejection("late", detail, to_json(trace), 0)))
                 continue
             windows.observe(ts)
-            ref = TraceRef(windows.start_of(ts), self.slicer.keys(trace), trace.decision)
+            ref = TraceRef(windows.start_of(ts), keys(trace), trace.decision)
             seen.first(trace.trace_id, ts, ref)
             group = groups.get(ref.window_start)
             if group is None:
@@ -90,6 +90,11 @@ class Pipeline:
             group[1].append(ref.slicing)
             if joiner.pending:
                 deltas.extend(joiner.on_trace(trace.trace_id, ref))
+        rejected = sum(1 for _, r in dead if r.reason != "late")
+        count["read"] += read
+        count["rejected"] += rejected
+        count["valid"] += read - rejected
+        count["content_fields_dropped"] += dropped
         for start, (encoder, slicings) in groups.items():
             table = windows.table(start)
             table.add(table.rows_of(slicings), encoder.finish())
