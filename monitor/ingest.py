@@ -150,7 +150,8 @@ def _parse_slow(raw: bytes, expect: type[Event] | None) -> Accepted | Rejection:
             payload = json.dumps(clean, allow_nan=True).encode()
             return Rejection("non_finite", "NaN or Infinity in a number field", payload, dropped)
         payload = _ENCODER.encode(clean)
-        tree = _TREES.get(clean.get("schema")) if isinstance(clean, dict) else None
+        schema = clean.get("schema") if isinstance(clean, dict) else None
+        tree = _TREES.get(schema) if isinstance(schema, str) else None
         event = _DECODER.decode(payload if tree is None else _ENCODER.encode(_prune(clean, tree)))
     except msgspec.ValidationError as exc:
         return Rejection(_classify(str(exc)), str(exc), payload, dropped)

@@ -65,7 +65,7 @@ class Pipeline:
             read += 1
             result = parse(raw, max_bytes, Trace)
             dropped += result.content_fields_dropped
-            if type(result) is Rejection:
+            if isinstance(result, Rejection):
                 self.rejected_by_reason[result.reason] += 1
                 dead.append((index, result))
                 continue

@@ -92,6 +92,8 @@ def test_escaped_content_keys_are_dropped_too():
     (b'[' * 100_000, "not_json"),
     (b'\xff\xfe', "not_json"),
     (b'"just a string"', "not_object"),
+    (b'{"schema":["rag-decision/1"],"trace_id":"t","ts":"2026-11-29T10:00:00Z",'
+     b'"system":{"release":"r"},"decision":"answer","text":"x"}', "unknown_schema"),
 ])
 def test_reasons(raw, reason):
     result = parse(raw)
