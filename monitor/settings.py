@@ -10,9 +10,17 @@ import json
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from monitor.contract import KNOWN_REASONS
@@ -63,6 +71,25 @@ class Settings(BaseSettings):
     releases_max: int = Field(default=20, ge=1, le=1_000)
     reasons: tuple[str, ...] = KNOWN_REASONS
     missing_ids_max: int = Field(default=50, ge=1, le=10_000)
+    # Kafka: where traces come from and where dead letters go.
+    bootstrap_servers: str = "127.0.0.1:9092"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: str | None = None
+    topic_decisions: str = "rag.decisions"
+    topic_labels: str = "rag.labels"
+    topic_feedback: str = "rag.feedback"
+    topic_dlq: str = "rag.decisions.dlq"
+    partitions: int = Field(default=4, ge=1, le=1024)
+    app_id: str = Field(default="ragmon", pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    batch_size: int = Field(default=1000, ge=1, le=100_000)
+    batch_seconds: float = Field(default=0.5, gt=0, le=60)
+    # Prometheus endpoint of this worker, and the ceiling on the series it exports.
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(default=9464, ge=0, le=65_535)
+    series_budget: int = Field(default=20_000, ge=100, le=1_000_000)
     signals: dict[str, SignalRange] = Field(
         default_factory=lambda: {
             "top_score": _UNIT,

@@ -10,7 +10,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "monitor"
 # Left to right: a module may import only modules to its left. cli wires; nothing imports it.
 ORDER = [
     "contract", "settings", "ingest", "slices", "layout", "encode", "aggregate", "windows",
-    "dedupe", "labels", "derive", "pipeline", "summary", "simulate", "render", "cli",
+    "dedupe", "labels", "derive", "pipeline", "summary", "export", "simulate", "render",
+    "broker", "client", "app", "cli",
 ]
 THIRD_PARTY_HOMES = {
     "faust": {"app"}, "prometheus_client": {"export"}, "kafka": {"client"},

@@ -1,0 +1,308 @@
+"""Prometheus exposition: a custom collector rendering the latest immutable snapshot.
+
+Nothing is counted per event through prometheus_client (`.labels().inc()` per event
+alone capped throughput at ~6k traces/s here). The worker swaps in a new `Snapshot`
+after folding; at scrape time `Collector.collect()` turns it into metric families.
+
+Series are a budget: the monitor's own health and every release total are always
+exported; slice cells follow, in a stable order, until `series_budget` is reached; what
+did not fit is counted in `ragmon_series_dropped`. Label values come from capped sets
+(releases, slice values, reasons, missing ids), so the budget is rarely the limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Final, NamedTuple
+
+import numpy as np
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector as _Collector
+
+from monitor.aggregate import TOTAL, Cell, CellKey
+from monitor.contract import DECISIONS
+from monitor.derive import ratio
+from monitor.layout import CLAIM_KINDS, LABEL_COUNTS, Histogram, Layout
+from monitor.pipeline import Pipeline
+
+__all__ = ["ALL", "METRICS", "Collector", "Snapshot", "families", "snapshot_of"]
+
+ALL: Final = "all"  # dimension and value labels of a release's total
+CELL_LABELS: Final = ("release", "dimension", "value")
+# Every metric family name ragmon exports (dashboards and alert rules use only these).
+METRICS: Final = (
+    "ragmon_traces_total", "ragmon_reasons_total", "ragmon_claims_total",
+    "ragmon_gate_leaks_total", "ragmon_requirements_total", "ragmon_requirement_coverage_sum",
+    "ragmon_missing_requirements_total", "ragmon_checks_total", "ragmon_feedback_total",
+    "ragmon_label_outcomes_total", "ragmon_signal", "ragmon_latency_seconds",
+    "ragmon_request_cost", "ragmon_answer_coverage_ratio", "ragmon_abstention_ratio",
+    "ragmon_critical_claim_unsupported_ratio", "ragmon_requirement_coverage_ratio",
+    "ragmon_all_required_ratio", "ragmon_input_messages_total", "ragmon_rejected_total",
+    "ragmon_content_fields_dropped_total", "ragmon_label_events_total",
+    "ragmon_dlq_produced_total", "ragmon_last_event_timestamp_seconds",
+    "ragmon_watermark_lag_seconds", "ragmon_partitions_owned", "ragmon_batch_seconds_total",
+    "ragmon_batches_total", "ragmon_series", "ragmon_series_budget", "ragmon_series_dropped",
+    "ragmon_slice_values_overflowed_total",
+)
+_SIGNAL_BUCKETS: Final = 10  # exported buckets per unit-range signal (le=0.1 .. 1.0)
+
+
+class Snapshot(NamedTuple):
+    """What one scrape renders; built by the worker between batches, never mutated."""
+
+    layout: Layout
+    cells: dict[CellKey, Cell]
+    input: dict[str, int]
+    rejected: dict[str, int]
+    events: dict[str, dict[str, int]]
+    health: dict[str, float]
+
+
+def snapshot_of(pipeline: Pipeline, health: dict[str, float]) -> Snapshot:
+    """Everything folded so far (closed windows and open ones), as an immutable value."""
+    table = pipeline.totals
+    for _, window in sorted(pipeline.windows.open.items()):
+        table = table.merge(window)
+    events = {kind: dict(counts) for kind, counts in pipeline.events.items()}
+    for kind, joined in pipeline.joiner.joined.items():
+        events[kind]["joined"] = joined
+    health = {**health, "watermark": max(pipeline.windows.watermark, 0.0),
+              "overflowed": pipeline.slicer.overflowed + pipeline.admit_missing.overflowed}
+    return Snapshot(pipeline.layout, table.cells(), dict(pipeline.input),
+                    dict(pipeline.rejected_by_reason), events, health)
+
+
+class Collector(_Collector):
+    """Renders whatever snapshot `current` holds at scrape time."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.current: Snapshot | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        if self.current is not None:
+            yield from families(self.current, self.budget)
+
+
+def families(snap: Snapshot, budget: int) -> list[Metric]:
+    """Metric families of a snapshot, slice cells only as far as the series budget allows."""
+    fams = _Families(snap.layout)
+    totals = [k for k in sorted(snap.cells) if k[1] == TOTAL]
+    slices = [k for k in sorted(snap.cells) if k[1] != TOTAL]
+    for key in totals:
+        fams.add_cell(key, snap.cells[key])
+    dropped = 0
+    for key in slices:
+        if fams.series + fams.cell_series(snap.cells[key]) > budget - 64:  # 64: health
+            dropped += 1
+            continue
+        fams.add_cell(key, snap.cells[key])
+    health = _health(snap, budget)
+    series = fams.series + sum(len(m.samples) for m in health) + 2
+    health.append(_gauge("ragmon_series", "Series in this scrape.", [], [((), series)]))
+    health.append(_gauge("ragmon_series_dropped", "Slice cells left out by the series budget.",
+                         [], [((), dropped)]))
+    return fams.metrics() + health
+
+
+class _Families:
+    """Accumulates the per-cell families while counting their series."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.series = 0
+        c = CELL_LABELS
+        self.traces = CounterMetricFamily(
+            "ragmon_traces", "Decision traces folded, by decision.", labels=[*c, "decision"])
+        self.reasons = CounterMetricFamily(
+            "ragmon_reasons", "Traces by reason code (configured codes, else other).",
+            labels=[*c, "reason"])
+        self.claims = CounterMetricFamily(
+            "ragmon_claims", "Atomic claims by importance and verdict.",
+            labels=[*c, "importance", "verdict"])
+        self.leaks = CounterMetricFamily(
+            "ragmon_gate_leaks", "Answers holding a rendered critical claim that is not "
+            "supported (the gate promises zero).", labels=list(c))
+        self.requirements = CounterMetricFamily(
+            "ragmon_requirements", "Traces with requirements: all, complete (all covered), "
+            "critical_missed.", labels=[*c, "outcome"])
+        self.coverage_sum = GaugeMetricFamily(
+            "ragmon_requirement_coverage_sum", "Sum of per-trace requirement coverage "
+            "(divide by ragmon_requirements_total{outcome=\"all\"}).", labels=list(c))
+        self.missing = CounterMetricFamily(
+            "ragmon_missing_requirements", "Required parts missing from answers, by id.",
+            labels=[*c, "requirement"])
+        self.checks = CounterMetricFamily(
+            "ragmon_checks", "Check outcomes: citation, verbatim_failure, self_check_<v>.",
+            labels=[*c, "check"])
+        self.feedback = CounterMetricFamily(
+            "ragmon_feedback", "User feedback joined to traces.", labels=[*c, "score"])
+        self.label_outcomes = CounterMetricFamily(
+            "ragmon_label_outcomes", "Label outcomes joined to traces (see README).",
+            labels=[*c, "outcome"])
+        self.signal = HistogramMetricFamily(
+            "ragmon_signal", "Distribution of gate signals.", labels=[*c, "signal"])
+        self.latency = HistogramMetricFamily(
+            "ragmon_latency_seconds", "Request latency reported in traces.", labels=list(c))
+        self.cost = HistogramMetricFamily(
+            "ragmon_request_cost", "Request cost reported in traces.", labels=list(c))
+        self.gauges = {
+            name: GaugeMetricFamily(f"ragmon_{name}_ratio", help_text, labels=list(c))
+            for name, help_text in (
+                ("answer_coverage", "(answer + partial) / traces, since start."),
+                ("abstention", "abstain / traces, since start."),
+                ("critical_claim_unsupported", "Traces with reason critical_claim_unsupported "
+                 "/ traces, since start."),
+                ("requirement_coverage", "Mean requirement coverage, since start."),
+                ("all_required", "Share of traces covering every requirement, since start."),
+            )
+        }
+
+    def cell_series(self, cell: Cell) -> int:
+        """An upper bound of the series one cell adds (for the budget check)."""
+        layout = self.layout
+        hist = sum(_SIGNAL_BUCKETS + 3 for _ in layout.histograms)
+        missing = sum(1 for kind, _ in cell.extras if kind == "missing")
+        return (len(DECISIONS) + len(layout.reasons) + len(CLAIM_KINDS) + 1 + 4 + missing
+                + 5 + 2 + len(LABEL_COUNTS) + hist + len(self.gauges))
+
+    def add_cell(self, key: CellKey, cell: Cell) -> None:
+        release, dim, value = key
+        labels = [release, dim or ALL, value or ALL]
+        col = self.layout.counts
+        n = cell.counts
+        before = self._count()
+        for d in DECISIONS:
+            self.traces.add_metric([*labels, d], int(n[col[f"decision_{d}"]]))
+        for code in self.layout.reasons:
+            self.reasons.add_metric([*labels, code], int(n[col[f"reason_{code}"]]))
+        for kind in CLAIM_KINDS:
+            importance, verdict = kind.split("_", 1)
+            self.claims.add_metric([*labels, importance, verdict], int(n[col[f"claims_{kind}"]]))
+        self.leaks.add_metric(labels, int(n[col["gate_leaks"]]))
+        for outcome, name in (("all", "requirements_traces"), ("complete", "requirements_all"),
+                              ("critical_missed", "requirements_critical_missed")):
+            self.requirements.add_metric([*labels, outcome], int(n[col[name]]))
+        coverage = float(cell.sums[self.layout.sums["coverage_sum"]])
+        self.coverage_sum.add_metric(labels, coverage)
+        for (kind, name), count in sorted(cell.extras.items()):
+            if kind == "missing":
+                self.missing.add_metric([*labels, name], count)
+        for check, name in (("citation", "citation_true"),
+                            ("verbatim_failure", "citation_verbatim_false"),
+                            ("self_check_pass", "self_check_pass"),
+                            ("self_check_reject", "self_check_reject"),
+                            ("self_check_skipped", "self_check_skipped")):
+            self.checks.add_metric([*labels, check], int(n[col[name]]))
+        self.feedback.add_metric([*labels, "up"], int(n[col["feedback_up"]]))
+        self.feedback.add_metric([*labels, "down"], int(n[col["feedback_down"]]))
+        for outcome in LABEL_COUNTS:
+            self.label_outcomes.add_metric([*labels, outcome], int(n[col[f"label_{outcome}"]]))
+        for name, hist in self.layout.histograms.items():
+            buckets, total = _buckets(hist, cell, scale=1e-3 if name == "latency_ms" else 1.0)
+            if name == "latency_ms":
+                self.latency.add_metric(labels, buckets, total / 1e3)
+            elif name == "cost":
+                self.cost.add_metric(labels, buckets, total)
+            else:
+                self.signal.add_metric([*labels, name], buckets, total)
+        self._ratios(labels, cell)
+        self.series += self._count() - before
+
+    def _ratios(self, labels: list[str], cell: Cell) -> None:
+        col, n = self.layout.counts, cell.counts
+        traces = int(n[col["traces"]])
+        answered = int(n[col["decision_answer"]] + n[col["decision_partial"]])
+        req = int(n[col["requirements_traces"]])
+        values = {
+            "answer_coverage": ratio(answered, traces),
+            "abstention": ratio(int(n[col["decision_abstain"]]), traces),
+            "critical_claim_unsupported": ratio(
+                int(n[col["reason_critical_claim_unsupported"]])
+                if "reason_critical_claim_unsupported" in col else 0, traces),
+            "requirement_coverage": ratio(
+                float(cell.sums[self.layout.sums["coverage_sum"]]), req),
+            "all_required": ratio(int(n[col["requirements_all"]]), req),
+        }
+        for name, value in values.items():
+            if value is not None:  # no data is no sample, not a zero
+                self.gauges[name].add_metric(labels, value)
+
+    def _count(self) -> int:
+        return sum(len(m.samples) for m in self.metrics())
+
+    def metrics(self) -> list[Metric]:
+        return [self.traces, self.reasons, self.claims, self.leaks, self.requirements,
+                self.coverage_sum, self.missing, self.checks, self.feedback,
+                self.label_outcomes, self.signal, self.latency, self.cost,
+                *self.gauges.values()]
+
+
+def _buckets(hist: Histogram, cell: Cell, scale: float) -> tuple[list[tuple[str, float]], float]:
+    """Cumulative Prometheus buckets from the fine bins (coarsened), and the sum."""
+    bins = cell.counts[hist.offset : hist.offset + hist.width]
+    cumulative = np.cumsum(bins)
+    edges = hist.edges
+    # Fine bin i (1..len(edges)-1) ends at edges[i]; keep ~10 evenly spaced bounds.
+    step = max(1, (len(edges) - 1) // _SIGNAL_BUCKETS)
+    picks = list(range(step, len(edges), step))
+    buckets = [(_le(edges[i] * scale), float(cumulative[i])) for i in picks]
+    buckets.append(("+Inf", float(cumulative[-1])))
+    return buckets, float(cell.sums[hist.sum_col])
+
+
+def _le(bound: float) -> str:
+    return f"{bound:.6g}"
+
+
+def _gauge(name: str, help_text: str, labels: list[str],
+           samples: list[tuple[tuple[str, ...], float]]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, help_text, labels=labels)
+    for values, value in samples:
+        family.add_metric(list(values), value)
+    return family
+
+
+def _counter(name: str, help_text: str, labels: list[str],
+             samples: list[tuple[tuple[str, ...], float]]) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, help_text, labels=labels)
+    for values, value in samples:
+        family.add_metric(list(values), value)
+    return family
+
+
+def _health(snap: Snapshot, budget: int) -> list[Any]:
+    h = snap.health
+    return [
+        _counter("ragmon_input_messages", "Decision messages by outcome.", ["outcome"],
+                 [((k,), v) for k, v in sorted(snap.input.items())
+                  if k != "content_fields_dropped"]),
+        _counter("ragmon_rejected", "Rejected decision messages by reason.", ["reason"],
+                 [((k,), v) for k, v in sorted(snap.rejected.items())]),
+        _counter("ragmon_content_fields_dropped", "Content fields dropped at ingest.", [],
+                 [((), snap.input.get("content_fields_dropped", 0))]),
+        _counter("ragmon_label_events", "Label and feedback events by kind and outcome.",
+                 ["kind", "outcome"],
+                 [((kind, k), v) for kind, counts in sorted(snap.events.items())
+                  for k, v in sorted(counts.items())]),
+        _counter("ragmon_dlq_produced", "Dead letters produced.", [],
+                 [((), h.get("dlq_produced", 0))]),
+        _gauge("ragmon_last_event_timestamp_seconds", "Event time of the newest trace.", [],
+               [((), h.get("watermark", 0.0))]),
+        _gauge("ragmon_watermark_lag_seconds", "Wall clock minus the newest event time.", [],
+               [((), h.get("watermark_lag", 0.0))]),
+        _gauge("ragmon_partitions_owned", "Partitions of the decisions topic this worker owns.",
+               [], [((), h.get("partitions", 0))]),
+        _counter("ragmon_batch_seconds", "Time spent folding batches.", [],
+                 [((), h.get("batch_seconds", 0.0))]),
+        _counter("ragmon_batches", "Batches folded.", [], [((), h.get("batches", 0))]),
+        _gauge("ragmon_series_budget", "The configured ceiling of exported series.", [],
+               [((), budget)]),
+        _counter("ragmon_slice_values_overflowed", "Label values mapped to other by caps.", [],
+                 [((), h.get("overflowed", 0))]),
+    ]

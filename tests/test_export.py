@@ -1,0 +1,97 @@
+"""Prometheus exposition from a snapshot: names, values, budget, OpenMetrics validity."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+from conftest import lines
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.parser import text_string_to_metric_families
+
+from monitor.export import METRICS, Collector, snapshot_of
+from monitor.pipeline import Pipeline
+from monitor.settings import load
+
+
+def scrape(pipeline, budget=20_000):
+    registry = CollectorRegistry()
+    collector = Collector(budget)
+    registry.register(collector)
+    collector.current = snapshot_of(pipeline, {"partitions": 4})
+    return registry
+
+
+def samples(registry):
+    text = generate_latest(registry).decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def test_examples_render_with_the_right_values(examples):
+    p = Pipeline(load())
+    p.feed(lines(examples / "traces.jsonl"))
+    p.feed(lines(examples / "bad-traces.jsonl"))
+    got = samples(scrape(p))
+    total = (("dimension", "all"), ("release", "2026.11.3"), ("value", "all"))
+    assert got[("ragmon_traces_total", (("decision", "answer"), *total))] == 4
+    assert got[("ragmon_gate_leaks_total", total)] == 1
+    assert got[("ragmon_answer_coverage_ratio", total)] == pytest.approx(5 / 9)
+    assert got[("ragmon_rejected_total", (("reason", "not_json"),))] == 1
+    assert got[("ragmon_input_messages_total", (("outcome", "read"),))] == 20
+    lang = (("dimension", "language"), ("release", "2026.11.3"), ("value", "ru"))
+    assert got[("ragmon_traces_total", (("decision", "abstain"), *lang))] == 1
+    assert got[("ragmon_signal_count", (*lang[:2], ("signal", "top_score"), lang[2]))] == 5
+
+
+def test_every_declared_metric_is_exported_and_no_other(examples):
+    p = Pipeline(load())
+    p.feed(lines(examples / "traces.jsonl"))
+    text = generate_latest(scrape(p)).decode()
+    names = {fam.name for fam in text_string_to_metric_families(text)}
+    declared = {name.removesuffix("_total") for name in METRICS}
+    assert names == declared
+
+
+def test_series_budget_holds_under_a_label_attack():
+    p = Pipeline(load(slice_values_max=50))
+    attack = [json.dumps({"schema": "rag-decision/1", "trace_id": f"t{i}",
+                          "ts": "2026-11-29T10:00:00Z", "system": {"release": "r"},
+                          "decision": "answer", "slice": {"language": f"lang-{i}"}}).encode()
+              for i in range(100_000)]
+    p.feed(attack[:1000])
+    small = samples(scrape(p, budget=5_000))
+    p.feed(attack[1000:])
+    big = samples(scrape(p, budget=5_000))
+    assert big[("ragmon_series", ())] == small[("ragmon_series", ())] <= 5_000
+    assert big[("ragmon_slice_values_overflowed_total", ())] == 100_000 - 50
+
+
+def test_budget_drops_slices_not_totals(examples):
+    p = Pipeline(load())
+    p.feed(lines(examples / "traces.jsonl"))
+    got = samples(scrape(p, budget=500))
+    assert got[("ragmon_series_dropped", ())] > 0
+    assert got[("ragmon_series", ())] <= 500
+    total = (("dimension", "all"), ("release", "2026.11.3"), ("value", "all"))
+    assert got[("ragmon_gate_leaks_total", total)] == 1
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_promtool_check_metrics_is_clean(examples):
+    p = Pipeline(load())
+    p.feed(lines(examples / "traces.jsonl"))
+    text = generate_latest(scrape(p))
+    result = subprocess.run(["promtool", "check", "metrics"], input=text,
+                            capture_output=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_openmetrics_exposition_parses(examples):
+    p = Pipeline(load())
+    p.feed(lines(examples / "traces.jsonl"))
+    text = generate_openmetrics(scrape(p)).decode()
+    assert text.endswith("# EOF\n")
