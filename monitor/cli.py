@@ -86,7 +86,55 @@ def _parser() -> argparse.ArgumentParser:
     simulate.add_argument("--labels", metavar="FILE", help="also write labels here")
     simulate.add_argument("--feedback", metavar="FILE", help="also write feedback here")
     simulate.set_defaults(run=_simulate)
+    worker = sub.add_parser("worker", help="run the streaming worker (Faust) on Kafka",
+                            description="Consume rag.decisions/labels/feedback, fold them, "
+                                        "serve Prometheus metrics. Settings: RAGMON_*.")
+    worker.add_argument("--bootstrap", help="Kafka bootstrap servers (overrides the setting)")
+    worker.add_argument("--metrics-port", type=int, help="Prometheus port (overrides the setting)")
+    worker.add_argument("--loglevel", default="info")
+    worker.set_defaults(run=_worker)
+    produce = sub.add_parser("produce", help="publish a JSONL file to the decisions topic",
+                             description="One message per line, keyed by trace_id.")
+    produce.add_argument("file", metavar="FILE.jsonl", help="JSONL lines, or - for stdin")
+    produce.add_argument("--topic", help="topic (default: the decisions topic setting)")
+    produce.add_argument("--bootstrap", help="Kafka bootstrap servers (overrides the setting)")
+    produce.set_defaults(run=_produce)
     return parser
+
+
+def _kafka_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    overrides: dict[str, Any] = {}
+    if getattr(args, "bootstrap", None):
+        overrides["bootstrap_servers"] = args.bootstrap
+    if getattr(args, "metrics_port", None) is not None:
+        overrides["metrics_port"] = args.metrics_port
+    return overrides
+
+
+def _worker(args: argparse.Namespace) -> int:
+    import faust
+
+    from monitor import app as worker_app
+    from monitor.client import ensure_topics
+
+    settings = load(args.config, **_kafka_overrides(args))
+    ensure_topics(settings)
+    tune_gc()
+    worker = worker_app.build(settings)
+    faust.Worker(worker.app, loglevel=args.loglevel).execute_from_commandline()
+    return 0
+
+
+def _produce(args: argparse.Namespace) -> int:
+    from monitor.client import ensure_topics, produce
+
+    settings = load(args.config, **_kafka_overrides(args))
+    ensure_topics(settings)
+    lines = (line for _, batch in _batches(args.file, render.progress(False, None))
+             for line in batch)
+    sent = produce(settings, args.topic or settings.topic_decisions, lines)
+    print(f"produced {sent} messages to {args.topic or settings.topic_decisions}")
+    return 0
 
 
 def _simulate(args: argparse.Namespace) -> int:

@@ -37,7 +37,7 @@ CELL_LABELS: Final = ("release", "dimension", "value")
 # Every metric family name ragmon exports (dashboards and alert rules use only these).
 METRICS: Final = (
     "ragmon_traces_total", "ragmon_reasons_total", "ragmon_claims_total",
-    "ragmon_gate_leaks_total", "ragmon_requirements_total", "ragmon_requirement_coverage_sum",
+    "ragmon_gate_leaks_total", "ragmon_requirements_total", "ragmon_requirement_coverage_total",
     "ragmon_missing_requirements_total", "ragmon_checks_total", "ragmon_feedback_total",
     "ragmon_label_outcomes_total", "ragmon_signal", "ragmon_latency_seconds",
     "ragmon_request_cost", "ragmon_answer_coverage_ratio", "ragmon_abstention_ratio",
@@ -131,9 +131,9 @@ class _Families:
         self.requirements = CounterMetricFamily(
             "ragmon_requirements", "Traces with requirements: all, complete (all covered), "
             "critical_missed.", labels=[*c, "outcome"])
-        self.coverage_sum = GaugeMetricFamily(
-            "ragmon_requirement_coverage_sum", "Sum of per-trace requirement coverage "
-            "(divide by ragmon_requirements_total{outcome=\"all\"}).", labels=list(c))
+        self.coverage_sum = CounterMetricFamily(
+            "ragmon_requirement_coverage", "Sum of per-trace requirement coverage; divided "
+            "by ragmon_requirements_total{outcome=\"all\"} it is the mean.", labels=list(c))
         self.missing = CounterMetricFamily(
             "ragmon_missing_requirements", "Required parts missing from answers, by id.",
             labels=[*c, "requirement"])

