@@ -93,6 +93,16 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--metrics-port", type=int, help="Prometheus port (overrides the setting)")
     worker.add_argument("--loglevel", default="info")
     worker.set_defaults(run=_worker)
+    demo = sub.add_parser("demo", help="run everything on an embedded broker with simulated "
+                                       "traffic and a live view",
+                          description="Embedded broker + worker + simulator (steady, then a "
+                                      "drift scenario). Ctrl-C stops everything it started.")
+    demo.add_argument("--duration", type=float, default=120.0, metavar="SECONDS")
+    demo.add_argument("--scenario", default="embedding_shift", choices=SCENARIOS)
+    demo.add_argument("--rate", type=float, default=200.0, help="traces per second")
+    demo.add_argument("--metrics-port", type=int, default=None,
+                      help="the worker's Prometheus port (default: a free one)")
+    demo.set_defaults(run=_demo)
     produce = sub.add_parser("produce", help="publish a JSONL file to the decisions topic",
                              description="One message per line, keyed by trace_id.")
     produce.add_argument("file", metavar="FILE.jsonl", help="JSONL lines, or - for stdin")
@@ -123,6 +133,12 @@ def _worker(args: argparse.Namespace) -> int:
     worker = worker_app.build(settings)
     faust.Worker(worker.app, loglevel=args.loglevel).execute_from_commandline()
     return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from monitor import demo
+
+    return demo.run(args.scenario, args.duration, args.rate, args.metrics_port, args.config)
 
 
 def _produce(args: argparse.Namespace) -> int:

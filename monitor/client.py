@@ -18,7 +18,7 @@ from kafka.errors import TopicAlreadyExistsError
 
 from monitor.settings import Settings
 
-__all__ = ["connection", "ensure_topics", "key_of", "produce"]
+__all__ = ["Sender", "connection", "ensure_topics", "key_of", "produce"]
 
 
 class _Keyed(msgspec.Struct):
@@ -67,15 +67,31 @@ def key_of(line: bytes) -> bytes | None:
         return None
 
 
+class Sender:
+    """A producer of raw lines keyed by trace_id (acks from all replicas)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._producer = KafkaProducer(**connection(settings), acks="all", linger_ms=5)
+
+    def send(self, topic: str, line: bytes) -> None:
+        self._producer.send(topic, value=line, key=key_of(line))
+
+    def flush(self) -> None:
+        self._producer.flush()
+
+    def close(self) -> None:
+        self._producer.close()
+
+
 def produce(settings: Settings, topic: str, lines: Iterable[bytes]) -> int:
     """Send each line as one message keyed by trace_id; returns how many were sent."""
-    producer = KafkaProducer(**connection(settings), acks="all", linger_ms=5)
+    sender = Sender(settings)
     sent = 0
     try:
         for line in lines:
-            producer.send(topic, value=line, key=key_of(line))
+            sender.send(topic, line)
             sent += 1
-        producer.flush()
+        sender.flush()
     finally:
-        producer.close()
+        sender.close()
     return sent

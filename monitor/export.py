@@ -30,7 +30,9 @@ from monitor.derive import ratio
 from monitor.layout import CLAIM_KINDS, LABEL_COUNTS, Histogram, Layout
 from monitor.pipeline import Pipeline
 
-__all__ = ["ALL", "METRICS", "Collector", "Snapshot", "families", "snapshot_of"]
+__all__ = [
+    "ALL", "METRICS", "Collector", "Snapshot", "families", "parse_exposition", "snapshot_of",
+]
 
 ALL: Final = "all"  # dimension and value labels of a release's total
 CELL_LABELS: Final = ("release", "dimension", "value")
@@ -306,3 +308,11 @@ def _health(snap: Snapshot, budget: int) -> list[Any]:
         _counter("ragmon_slice_values_overflowed", "Label values mapped to other by caps.", [],
                  [((), h.get("overflowed", 0))]),
     ]
+
+
+def parse_exposition(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Samples of a scraped /metrics page by (name, sorted labels): for the demo's view."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}

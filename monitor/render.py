@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from rich.console import Console
+from rich.live import Live
 from rich.progress import BarColumn, DownloadColumn, TimeRemainingColumn
 from rich.progress import Progress as RichProgress
 from rich.table import Table
 
-__all__ = ["Progress", "progress", "summary"]
+__all__ = ["DemoView", "Progress", "demo_banner", "demo_done", "progress", "summary"]
 
 
 class Progress:
@@ -98,3 +100,101 @@ def summary(doc: dict[str, Any], console: Console | None = None) -> None:
         if missing:
             top = ", ".join(f"{k} {v}" for k, v in list(missing.items())[:10])
             console.print(f"  most missed requirements: {top}")
+
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def demo_banner(bootstrap: str, port: int, scenario: str, workdir: Path) -> None:
+    Console(stderr=True).print(
+        f"[bold]ragmon demo[/]: broker {bootstrap}, metrics http://127.0.0.1:{port}/metrics, "
+        f"scenario [bold]{scenario}[/] after the steady half; logs in {workdir}. Ctrl-C stops.")
+
+
+def demo_done(workdir: Path) -> None:
+    Console(stderr=True).print(f"demo stopped; broker and worker ended. Logs: {workdir}")
+
+
+class DemoView:
+    """A live table from real scrapes: totals since start and the last 10 s per release."""
+
+    def __init__(self, scenario: str, change_seconds: float) -> None:
+        self.scenario = scenario
+        self.change_seconds = change_seconds
+        self.history: list[tuple[float, Samples]] = []
+        self.console = Console() if sys.stdout.isatty() else Console(width=160)
+        self.live = Live(console=self.console, refresh_per_second=2) if sys.stdout.isatty() \
+            else None
+        self._printed = -5.0
+
+    def __enter__(self) -> DemoView:
+        if self.live is not None:
+            self.live.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+    def update(self, elapsed: float, sent: int, samples: Samples) -> None:
+        self.history = [*self.history[-30:], (elapsed, samples)]
+        then_elapsed, then = self.history[max(0, len(self.history) - 11)]
+        table = self._table(elapsed, sent, samples, then, elapsed - then_elapsed)
+        if self.live is not None:
+            self.live.update(table)
+        elif elapsed - self._printed >= 5:
+            self._printed = elapsed
+            self.console.print(table)
+
+    def _table(self, elapsed: float, sent: int, now: Samples, then: Samples,
+               span: float) -> Table:
+        phase = "steady" if elapsed < self.change_seconds else self.scenario
+        read = now.get(("ragmon_input_messages_total", (("outcome", "read"),)), 0)
+        rejected = {dict(k[1])["reason"]: v for k, v in now.items()
+                    if k[0] == "ragmon_rejected_total"}
+        table = Table(title=f"t={elapsed:5.0f}s  phase: {phase}  produced {sent}  "
+                            f"read {read:.0f}  rejected {sum(rejected.values()):.0f} "
+                            f"{dict(sorted(rejected.items()))}", title_justify="left")
+        for column in ("release", "traces", "traces/s", "coverage 10s", "abstain 10s",
+                       "ccu rate 10s", "top reason 10s", "top_score mean 10s", "gate leaks"):
+            table.add_column(column, justify="left" if column == "release" else "right")
+        releases = {dict(k[1]).get("release", "") for k in now if k[0] == "ragmon_traces_total"}
+        for release in sorted(releases):
+            table.add_row(*_release_row(release, now, then, span))
+        return table
+
+
+def _release_row(release: str, now: Samples, then: Samples, span: float) -> list[str]:
+    def total(name: str, **labels: str) -> float:
+        want = {"release": release, "dimension": "all", "value": "all", **labels}
+        return sum(v for (n, ls), v in now.items()
+                   if n == name and want.items() <= dict(ls).items())
+
+    def delta(name: str, **labels: str) -> float:
+        want = {"release": release, "dimension": "all", "value": "all", **labels}
+        before = sum(v for (n, ls), v in then.items()
+                     if n == name and want.items() <= dict(ls).items())
+        return total(name, **labels) - before
+
+    traces = delta("ragmon_traces_total")
+    answered = delta("ragmon_traces_total", decision="answer") + delta(
+        "ragmon_traces_total", decision="partial")
+    reasons = {dict(ls)["reason"]: v - then.get((n, ls), 0.0) for (n, ls), v in now.items()
+               if n == "ragmon_reasons_total"
+               and {"release": release, "dimension": "all"}.items() <= dict(ls).items()}
+    top = max(reasons.items(), key=lambda kv: kv[1], default=("—", 0.0))
+    score_n = delta("ragmon_signal_count", signal="top_score")
+    score_sum = delta("ragmon_signal_sum", signal="top_score")
+    leaks = total("ragmon_gate_leaks_total")
+    return [
+        release, f"{total('ragmon_traces_total'):.0f}",
+        f"{traces / span:.0f}" if span > 0 else "—",
+        _pct(answered / traces if traces else None),
+        _pct(delta("ragmon_traces_total", decision="abstain") / traces if traces else None),
+        _pct(delta("ragmon_reasons_total", reason="critical_claim_unsupported") / traces
+             if traces else None),
+        f"{top[0]} {top[1]:.0f}" if top[1] else "—",
+        _num(score_sum / score_n if score_n else None),
+        f"[red]{leaks:.0f}[/]" if leaks else "0",
+    ]

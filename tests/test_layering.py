@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "monitor"
 ORDER = [
     "contract", "settings", "ingest", "slices", "layout", "encode", "aggregate", "windows",
     "dedupe", "labels", "derive", "pipeline", "summary", "export", "simulate", "render",
-    "broker", "client", "app", "cli",
+    "broker", "client", "app", "demo", "cli",
 ]
 THIRD_PARTY_HOMES = {
     "faust": {"app"}, "prometheus_client": {"export"}, "kafka": {"client"},

@@ -123,3 +123,16 @@ def test_valid_and_bad_traces_are_counted_and_dead_lettered(broker, worker, exam
         ("ragmon_label_events_total", (("kind", "labels"), ("outcome", "joined")))) == len(
             sim.labels), what="labels joined")
     assert labelled
+
+
+def test_demo_runs_and_stops_everything_it_started():
+    result = subprocess.run([sys.executable, "-m", "monitor.cli", "demo", "--duration", "12",
+                             "--rate", "100", "--scenario", "index_change"],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "phase: index_change" in result.stdout
+    assert "2026.11.3" in result.stdout and "demo stopped" in result.stderr
+    for pattern in ("monitor.cli worker", "tansu.* broker"):
+        leftovers = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True,
+                                   check=False)
+        assert leftovers.stdout.strip() == "", pattern

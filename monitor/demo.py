@@ -1,0 +1,108 @@
+"""`ragmon demo`: the whole product on one machine, with nothing to set up.
+
+Starts the embedded broker, a worker (a child process, as in production), and the
+simulator producing traces in real time: a steady phase, then the chosen scenario. A
+live terminal view is built from real scrapes of the worker's /metrics. Ctrl-C (or the
+end of `--duration`) stops everything the demo started.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import suppress
+from datetime import UTC, datetime
+from pathlib import Path
+
+from monitor import render
+from monitor.broker import EmbeddedBroker, free_port
+from monitor.client import Sender, ensure_topics
+from monitor.export import parse_exposition
+from monitor.settings import Settings, load
+from monitor.simulate import Simulator
+
+__all__ = ["run"]
+
+
+def run(scenario: str, duration_seconds: float, rate: float, metrics_port: int | None,
+        config: str | None = None) -> int:
+    workdir = Path(tempfile.mkdtemp(prefix="ragmon-demo-"))
+    port = metrics_port or free_port()
+    with EmbeddedBroker(log=workdir / "broker.log") as broker:
+        settings = load(config, bootstrap_servers=broker.bootstrap, metrics_port=port,
+                        app_id="ragmon-demo")
+        ensure_topics(settings)
+        worker = _start_worker(settings, workdir)
+        try:
+            render.demo_banner(broker.bootstrap, port, scenario, workdir)
+            _wait_for_metrics(port, worker)
+            _drive(settings, scenario, duration_seconds, rate, port)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            worker.terminate()
+            try:
+                worker.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+    render.demo_done(workdir)
+    return 0
+
+
+def _start_worker(settings: Settings, workdir: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "RAGMON_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+           "RAGMON_METRICS_PORT": str(settings.metrics_port), "RAGMON_APP_ID": settings.app_id}
+    log = open(workdir / "worker.log", "wb")  # noqa: SIM115 - the child owns it
+    return subprocess.Popen([sys.executable, "-m", "monitor.cli", "worker"], env=env,
+                            stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
+
+
+def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return parse_exposition(response.read().decode())
+
+
+def _wait_for_metrics(port: int, worker: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if worker.poll() is not None:
+            raise RuntimeError("the worker exited on start; see worker.log in the demo folder")
+        try:
+            _scrape(port)
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError("the worker's /metrics did not come up within 60 s")
+
+
+def _drive(settings: Settings, scenario: str, duration_seconds: float, rate: float,
+           port: int) -> None:
+    """Produce at `rate` traces/s in real event time; refresh the view once a second."""
+    change_at = int(rate * duration_seconds / 2)
+    sim = Simulator(seed=0, scenario=scenario, change_at=change_at, rate=rate,
+                    start=datetime.now(UTC), label_share=0.05)
+    producer = Sender(settings)
+    started = time.monotonic()
+    sent = 0
+    with render.DemoView(scenario, change_at / rate) as view:
+        while (elapsed := time.monotonic() - started) < duration_seconds:
+            due = int(elapsed * rate) - sent
+            for line in sim.traces(max(due, 0)):
+                producer.send(settings.topic_decisions, line)
+            sent += max(due, 0)
+            for line in sim.labels:
+                producer.send(settings.topic_labels, line)
+            for line in sim.feedback:
+                producer.send(settings.topic_feedback, line)
+            sim.labels.clear()
+            sim.feedback.clear()
+            producer.flush()
+            # The worker may be busy or restarting: the next refresh will tell.
+            with suppress(OSError):
+                view.update(elapsed, sent, _scrape(port))
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - started - elapsed)))
+    producer.close()
