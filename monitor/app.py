@@ -1,68 +1,161 @@
 """Faust wiring only: topics, agents, timers, the metrics endpoint. The fold is `Pipeline`.
 
 Topics carry raw bytes (typed Faust records crash agents on undecodable input and let
-NaN through); validation is ours. Each agent takes batches (`take_events`), folds them
-with the pipeline, dead-letters what was rejected (reason and source topic/partition/
-offset in headers) and never lets an exception escape: a failed batch is logged,
-counted and dead-lettered whole, with reason `worker_error`.
+NaN through); validation is ours. Each agent takes batches (`take_events`), groups
+them by partition and folds each group into that partition's pipeline, dead-letters
+what was rejected (reason and source topic/partition/offset in headers) and never lets
+an exception escape: a failed batch is logged, counted and dead-lettered whole with
+reason `worker_error`.
 
-Known limits of this version (see README): state is in memory, so a restart starts the
-counters again from the committed offsets; exact counts across crashes and the
-two-stage (partial -> owner) merge across workers are the next step.
+Exact counts under at-least-once delivery: each partition's pipeline is checkpointed to
+the state topic with the last offset applied per source topic after every batch, and
+`take_events` acknowledges a batch only after the agent returns, so the committed
+offset never passes a checkpoint. A worker that gains a partition (restart, rebalance)
+loads its checkpoint and skips offsets it already holds: Kafka's redelivery and Faust's
+replay after a rebalance (faust-streaming #502) count once. Traces, labels and feedback
+are keyed by trace_id, so partition p of each topic belongs to the same state.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import faust
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.helpers import create_ssl_context
 from prometheus_client import CollectorRegistry, start_http_server
 
+from monitor import checkpoint
 from monitor.export import Collector, snapshot_of
 from monitor.ingest import Rejection
 from monitor.pipeline import Pipeline
 from monitor.settings import Settings
 
-__all__ = ["Worker", "build"]
+__all__ = ["PartitionState", "Worker", "build"]
 
 log = logging.getLogger("ragmon.worker")
 
 
+class PartitionState:
+    """One partition's pipeline and the last offset it applied from each source topic."""
+
+    def __init__(self, pipeline: Pipeline, offsets: dict[str, int]) -> None:
+        self.pipeline = pipeline
+        self.offsets = offsets
+
+
 class Worker:
-    """The Faust app and the state it folds into; `build()` makes one from settings."""
+    """The Faust app and the per-partition state it folds into; `build()` makes one."""
 
     def __init__(self, settings: Settings, app: faust.App) -> None:
         self.settings = settings
         self.app = app
-        self.pipeline = Pipeline(settings)
+        self.states: dict[int, PartitionState] = {}
+        self._recovering = asyncio.Lock()
         self.collector = Collector(settings.series_budget)
         self.registry = CollectorRegistry()
         self.registry.register(self.collector)
         self.health: dict[str, float] = {"dlq_produced": 0, "batch_seconds": 0.0, "batches": 0,
-                                         "errors": 0}
+                                         "errors": 0, "replayed_skipped": 0, "checkpoints": 0}
         self.dlq = app.topic(settings.topic_dlq, value_serializer="raw", key_serializer="raw")
+        self.state_topic = app.topic(settings.topic_state, value_serializer="raw",
+                                     key_serializer="raw")
 
     async def fold(self, events: Sequence[Any], kind: str) -> None:
         started = time.perf_counter()
-        raws = [event.value if isinstance(event.value, bytes) else b"" for event in events]
+        by_partition: dict[int, list[Any]] = {}
+        for event in events:
+            by_partition.setdefault(event.message.partition, []).append(event)
+        for partition, group in sorted(by_partition.items()):
+            state = self.states.get(partition) or await self._recover(partition)
+            topic = group[0].message.topic
+            applied = state.offsets.get(topic, -1)
+            fresh = [e for e in group if e.message.offset > applied]
+            self.health["replayed_skipped"] += len(group) - len(fresh)
+            if not fresh:
+                continue
+            for index, rejection in self._fold(state.pipeline, fresh, kind):
+                await self._dead_letter(fresh[index], rejection)
+            state.offsets[topic] = max(e.message.offset for e in fresh)
+            await self._checkpoint(partition, state)
+        self.health["batch_seconds"] += time.perf_counter() - started
+        self.health["batches"] += 1
+
+    def _fold(self, pipeline: Pipeline, events: list[Any],
+              kind: str) -> list[tuple[int, Rejection]]:
+        raws = [e.value if isinstance(e.value, bytes) else b"" for e in events]
         try:
             if kind == "decisions":
-                dead = self.pipeline.feed(raws)
-                self.pipeline.close_ready()
-            else:
-                dead = self.pipeline.feed_events(raws, kind)
+                dead = pipeline.feed(raws)
+                pipeline.close_ready()
+                return dead
+            return pipeline.feed_events(raws, kind)
         except Exception as exc:  # the one broad except: a bad batch must not stop the stream
             log.exception("batch of %d %s failed", len(raws), kind)
             self.health["errors"] += 1
-            dead = [(i, Rejection("worker_error", repr(exc)[:200], raw, 0))
+            return [(i, Rejection("worker_error", repr(exc)[:200], raw, 0))
                     for i, raw in enumerate(raws)]
-        for index, rejection in dead:
-            await self._dead_letter(events[index], rejection)
-        self.health["batch_seconds"] += time.perf_counter() - started
-        self.health["batches"] += 1
+
+    async def _checkpoint(self, partition: int, state: PartitionState) -> None:
+        blob = checkpoint.dump(state.pipeline, state.offsets)
+        sent = await self.state_topic.send(key=self._state_key(partition), value=blob,
+                                           partition=partition)
+        await sent  # delivered before the batch is acknowledged (and so committed)
+        self.health["checkpoints"] += 1
+
+    async def _recover(self, partition: int) -> PartitionState:
+        async with self._recovering:
+            state = self.states.get(partition)
+            if state is None:
+                blob = await self._read_checkpoint(partition)
+                pipeline, offsets = checkpoint.load(self.settings, blob)
+                state = self.states[partition] = PartitionState(pipeline, offsets)
+                log.info("partition %d: state %s, offsets %s", partition,
+                         "restored" if blob else "new", offsets)
+            return state
+
+    async def _read_checkpoint(self, partition: int) -> bytes | None:
+        """The newest checkpoint of a partition, read from the state topic."""
+        consumer = AIOKafkaConsumer(**_aiokafka_options(self.settings), group_id=None,
+                                    enable_auto_commit=False, auto_offset_reset="earliest")
+        await consumer.start()
+        tp = TopicPartition(self.settings.topic_state, partition)
+        key = self._state_key(partition)
+        newest: bytes | None = None
+        try:
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            end = (await consumer.end_offsets([tp]))[tp]
+            read = 0
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                records = (await consumer.getmany(tp, timeout_ms=300)).get(tp, [])
+                read += len(records)
+                for record in records:
+                    if record.key == key:
+                        newest = record.value
+                # Stop on an empty poll at or past the end: the embedded broker reports the
+                # end as the start of the last batch, so "position >= end" alone is early.
+                position = await consumer.position(tp)
+                if not records and position >= end:
+                    log.info("partition %d: read %d checkpoints up to %d", partition, read,
+                             position)
+                    return newest
+            raise RuntimeError(f"state of partition {partition} not read within 120 s")
+        finally:
+            await consumer.stop()
+
+    def _state_key(self, partition: int) -> bytes:
+        return f"{self.settings.app_id}:{self.settings.topic_decisions}:{partition}".encode()
+
+    def forget(self, partitions: set[int]) -> None:
+        """Drop states of partitions this worker no longer owns (the new owner restores)."""
+        for partition in partitions:
+            self.states.pop(partition, None)
 
     async def _dead_letter(self, event: Any, rejection: Rejection) -> None:
         message = event.message
@@ -77,13 +170,29 @@ class Worker:
         self.health["dlq_produced"] += 1
 
     def refresh(self) -> None:
-        """Swap in a new snapshot for the scrapes (cheap: one merge of open windows)."""
+        """Swap in a new snapshot for the scrapes (one merge of every partition's tables)."""
         assignment = self.app.consumer.assignment() if self.app.consumer else set()
         self.health["partitions"] = sum(
             1 for tp in assignment if tp.topic == self.settings.topic_decisions)
-        watermark = self.pipeline.windows.watermark
+        pipelines = [state.pipeline for _, state in sorted(self.states.items())]
+        if not pipelines:
+            pipelines = [Pipeline(self.settings)]
+        watermark = max(p.windows.watermark for p in pipelines)
         self.health["watermark_lag"] = max(time.time() - watermark, 0.0) if watermark > 0 else 0
-        self.collector.current = snapshot_of(self.pipeline, self.health)
+        self.collector.current = snapshot_of(pipelines, self.health)
+
+
+def _aiokafka_options(settings: Settings) -> dict[str, Any]:
+    options: dict[str, Any] = {"bootstrap_servers": settings.bootstrap_servers.split(","),
+                               "security_protocol": settings.security_protocol}
+    if settings.sasl_mechanism:
+        options["sasl_mechanism"] = settings.sasl_mechanism
+        options["sasl_plain_username"] = settings.sasl_username
+        if settings.sasl_password is not None:
+            options["sasl_plain_password"] = settings.sasl_password.get_secret_value()
+    if settings.security_protocol in ("SSL", "SASL_SSL"):
+        options["ssl_context"] = create_ssl_context(cafile=settings.ssl_cafile)
+    return options
 
 
 def build(settings: Settings, *, broker_session_timeout: float = 4.0,
@@ -110,6 +219,10 @@ def build(settings: Settings, *, broker_session_timeout: float = 4.0,
     @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
     async def refresh() -> None:
         worker.refresh()
+
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]
+    async def on_revoked(app: faust.App, revoked: set[Any], **_: Any) -> None:
+        worker.forget({tp.partition for tp in revoked})
 
     @app.task  # type: ignore[untyped-decorator]
     async def serve_metrics() -> None:

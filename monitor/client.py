@@ -45,13 +45,16 @@ def connection(settings: Settings) -> dict[str, Any]:
 
 
 def ensure_topics(settings: Settings) -> None:
-    """Create the four topics if they do not exist yet."""
+    """Create ragmon's topics (decisions, labels, feedback, dead letters, state) if missing."""
     admin = KafkaAdminClient(**connection(settings))
     try:
         existing = set(admin.list_topics())
         wanted = [settings.topic_decisions, settings.topic_labels, settings.topic_feedback,
-                  settings.topic_dlq]
-        new = [NewTopic(name, settings.partitions, 1) for name in wanted if name not in existing]
+                  settings.topic_dlq, settings.topic_state]
+        compact = {"cleanup.policy": "compact"}
+        new = [NewTopic(name, settings.partitions, 1,
+                        topic_configs=compact if name == settings.topic_state else {})
+               for name in wanted if name not in existing]
         if new:
             with suppress(TopicAlreadyExistsError):  # another worker created it first
                 admin.create_topics(new)

@@ -12,7 +12,8 @@ did not fit is counted in `ragmon_series_dropped`. Label values come from capped
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from typing import Any, Final, NamedTuple
 
 import numpy as np
@@ -24,7 +25,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector as _Collector
 
-from monitor.aggregate import TOTAL, Cell, CellKey
+from monitor.aggregate import TOTAL, Cell, CellKey, Table
 from monitor.contract import DECISIONS
 from monitor.derive import ratio
 from monitor.layout import CLAIM_KINDS, LABEL_COUNTS, Histogram, Layout
@@ -65,18 +66,28 @@ class Snapshot(NamedTuple):
     health: dict[str, float]
 
 
-def snapshot_of(pipeline: Pipeline, health: dict[str, float]) -> Snapshot:
-    """Everything folded so far (closed windows and open ones), as an immutable value."""
-    table = pipeline.totals
-    for _, window in sorted(pipeline.windows.open.items()):
-        table = table.merge(window)
-    events = {kind: dict(counts) for kind, counts in pipeline.events.items()}
-    for kind, joined in pipeline.joiner.joined.items():
-        events[kind]["joined"] = joined
-    health = {**health, "watermark": max(pipeline.windows.watermark, 0.0),
-              "overflowed": pipeline.slicer.overflowed + pipeline.admit_missing.overflowed}
-    return Snapshot(pipeline.layout, table.cells(), dict(pipeline.input),
-                    dict(pipeline.rejected_by_reason), events, health)
+def snapshot_of(pipelines: Sequence[Pipeline], health: dict[str, float]) -> Snapshot:
+    """Everything the pipelines folded (closed and open windows), as one immutable value."""
+    if not pipelines:
+        raise ValueError("a snapshot needs at least one pipeline")
+    table = Table.empty(pipelines[0].layout)
+    inputs: Counter[str] = Counter()
+    rejected: Counter[str] = Counter()
+    events: dict[str, Counter[str]] = {}
+    watermark, overflowed = 0.0, 0
+    for pipeline in pipelines:
+        for part in (pipeline.totals, *pipeline.windows.open.values()):
+            table = table.merge(part)
+        inputs.update(pipeline.input)
+        rejected.update(pipeline.rejected_by_reason)
+        for kind, counts in pipeline.events.items():
+            events.setdefault(kind, Counter()).update(counts)
+            events[kind]["joined"] += pipeline.joiner.joined[kind]
+        watermark = max(watermark, pipeline.windows.watermark)
+        overflowed += pipeline.slicer.overflowed + pipeline.admit_missing.overflowed
+    health = {**health, "watermark": watermark, "overflowed": overflowed}
+    return Snapshot(pipelines[0].layout, table.cells(), dict(inputs), dict(rejected),
+                    {kind: dict(counts) for kind, counts in events.items()}, health)
 
 
 class Collector(_Collector):

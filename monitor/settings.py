@@ -10,7 +10,7 @@ import json
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -21,7 +21,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import SettingsError as _EnvError
 
 from monitor.contract import KNOWN_REASONS
 
@@ -66,10 +67,11 @@ class Settings(BaseSettings):
     # How long a label or feedback event waits for its trace before it expires (counted).
     pending_retention_seconds: int = Field(default=7 * 86_400, ge=0)
     pending_max: int = Field(default=1_000_000, ge=1_000)
-    slice_dimensions: tuple[str, ...] = DEFAULT_DIMENSIONS
+    # NoDecode: env values are "a,b,c" (split below), not JSON.
+    slice_dimensions: Annotated[tuple[str, ...], NoDecode] = DEFAULT_DIMENSIONS
     slice_values_max: int = Field(default=50, ge=1, le=10_000)
     releases_max: int = Field(default=20, ge=1, le=1_000)
-    reasons: tuple[str, ...] = KNOWN_REASONS
+    reasons: Annotated[tuple[str, ...], NoDecode] = KNOWN_REASONS
     missing_ids_max: int = Field(default=50, ge=1, le=10_000)
     # Kafka: where traces come from and where dead letters go.
     bootstrap_servers: str = "127.0.0.1:9092"
@@ -82,6 +84,8 @@ class Settings(BaseSettings):
     topic_labels: str = "rag.labels"
     topic_feedback: str = "rag.feedback"
     topic_dlq: str = "rag.decisions.dlq"
+    # Per-partition checkpoints of the worker's state (compacted in a real Kafka).
+    topic_state: str = "ragmon.state"
     partitions: int = Field(default=4, ge=1, le=1024)
     app_id: str = Field(default="ragmon", pattern=r"^[A-Za-z0-9._-]{1,64}$")
     batch_size: int = Field(default=1000, ge=1, le=100_000)
@@ -136,6 +140,8 @@ def load(path: str | Path | None = None, **overrides: Any) -> Settings:
     values.update(overrides)
     try:
         return Settings(**values)
+    except _EnvError as exc:  # a RAGMON_* value that cannot even be parsed
+        raise SettingsError(f"invalid ragmon settings: {exc}") from None
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc'])}={err.get('input')!r}: {err['msg']}"

@@ -29,3 +29,15 @@ def pipeline() -> Pipeline:
 
 def lines(path: Path) -> list[bytes]:
     return [line.rstrip(b"\n") for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def assert_same(a, b, path="$"):
+    """Deep equality, floats up to rounding (sums folded in another order differ in ulps)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), path
+        for key in a:
+            assert_same(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert abs(a - b) <= 1e-9 * max(1.0, abs(a)), f"{path}: {a} != {b}"
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"

@@ -21,7 +21,7 @@ def scrape(pipeline, budget=20_000):
     registry = CollectorRegistry()
     collector = Collector(budget)
     registry.register(collector)
-    collector.current = snapshot_of(pipeline, {"partitions": 4})
+    collector.current = snapshot_of([pipeline], {"partitions": 4})
     return registry
 
 

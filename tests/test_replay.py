@@ -106,3 +106,13 @@ def test_sample_runs(tmp_path):
     doc = replay(tmp_path, "--sample")
     assert doc["input"]["folded"] == 20_000
     assert set(doc["releases"]) == {"2026.11.3", "2026.12.1"}
+
+
+def test_env_lists_are_comma_separated(monkeypatch):
+    from monitor.settings import load
+
+    monkeypatch.setenv("RAGMON_SLICE_DIMENSIONS", "language, risk")
+    assert load().slice_dimensions == ("language", "risk")
+    monkeypatch.setenv("RAGMON_SIGNALS", "not json")
+    with pytest.raises(Exception, match="signals"):
+        load()

@@ -1,0 +1,128 @@
+"""Streaming throughput, in one run on the embedded broker: I/O ceiling, Faust ceiling, ragmon.
+
+1. raw aiokafka `getmany` over the topic (the I/O ceiling);
+2. a bare Faust agent that only counts (`bare_faust.py`, the Faust ceiling);
+3. `ragmon worker` with the default 6 slice dimensions;
+4. `ragmon worker` with 1 slice dimension (is the cost flat in the number of slices?).
+
+Each consumer reads the same N pre-produced traces (a fresh consumer group each), timed
+from its first to its N-th message (ragmon: from its own /metrics, polled every 0.1 s).
+
+    python benchmarks/worker_throughput.py --traces 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer
+
+from monitor.broker import EmbeddedBroker, free_port
+from monitor.client import ensure_topics, produce
+from monitor.export import parse_exposition
+from monitor.settings import load
+from monitor.simulate import Simulator
+
+HERE = Path(__file__).parent
+
+
+async def raw_getmany(bootstrap: str, topic: str, n: int) -> float:
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None,
+                                auto_offset_reset="earliest", enable_auto_commit=False,
+                                max_partition_fetch_bytes=8 * 1024 * 1024)
+    await consumer.start()
+    seen, first = 0, 0.0
+    try:
+        while seen < n:
+            batch = await consumer.getmany(timeout_ms=1000, max_records=10_000)
+            for messages in batch.values():
+                if seen == 0 and messages:
+                    first = time.perf_counter()
+                seen += len(messages)
+    finally:
+        await consumer.stop()
+    return n / (time.perf_counter() - first)
+
+
+def bare_faust(bootstrap: str, topic: str, n: int, workdir: Path) -> float:
+    out = subprocess.run([sys.executable, str(HERE / "bare_faust.py"), bootstrap, topic, str(n)],
+                         capture_output=True, text=True, timeout=900, cwd=workdir, check=False)
+    match = re.search(r"rate (\d+)", out.stdout + out.stderr)  # Faust logs stdout
+    if not match:
+        raise RuntimeError(f"bare faust failed: {out.stdout[-500:]} {out.stderr[-2000:]}")
+    return float(match.group(1))
+
+
+def ragmon_worker(bootstrap: str, n: int, dims: str, workdir: Path) -> float:
+    port = free_port()
+    env = {**os.environ, "RAGMON_BOOTSTRAP_SERVERS": bootstrap, "RAGMON_METRICS_PORT": str(port),
+           "RAGMON_APP_ID": f"bench-{time.time_ns()}", "RAGMON_SLICE_DIMENSIONS": dims}
+    log = open(workdir / f"worker-{port}.log", "wb")  # noqa: SIM115
+    process = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-m", "monitor.cli",
+                                "worker", "--loglevel", "warning"],
+                               env=env, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
+    key = ("ragmon_input_messages_total", (("outcome", "read"),))
+    first, last = 0.0, 0.0
+    try:
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as r:
+                    read = parse_exposition(r.read().decode()).get(key, 0)
+            except OSError:
+                read = 0
+            now = time.perf_counter()
+            if read and not first:
+                first, first_read = now, read
+            if read >= n:
+                last = now
+                break
+            time.sleep(0.1)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
+    if not last:
+        raise RuntimeError("ragmon worker did not finish; see its log")
+    return (n - first_read) / (last - first)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--traces", type=int, default=100_000)
+    args = ap.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="ragmon-bench-"))
+    with EmbeddedBroker(log=workdir / "broker.log") as broker:
+        settings = load(bootstrap_servers=broker.bootstrap)
+        ensure_topics(settings)
+        sim = Simulator(seed=2, scenario="steady", rate=500.0, label_share=0.0)
+        started = time.perf_counter()
+        produce(settings, settings.topic_decisions, sim.traces(args.traces))
+        print(f"produced {args.traces} traces in {time.perf_counter() - started:.1f} s")
+        results = {
+            "raw aiokafka getmany": asyncio.run(
+                raw_getmany(broker.bootstrap, settings.topic_decisions, args.traces)),
+            "bare Faust agent (count only)": bare_faust(
+                broker.bootstrap, settings.topic_decisions, args.traces, workdir),
+            "ragmon worker, 6 slice dimensions": ragmon_worker(
+                broker.bootstrap, args.traces,
+                "language,fact_type,source,risk,doc_version,query_length", workdir),
+            "ragmon worker, 1 slice dimension": ragmon_worker(
+                broker.bootstrap, args.traces, "language", workdir),
+        }
+    bare = results["bare Faust agent (count only)"]
+    for name, rate in results.items():
+        print(f"{name:36s} {rate:>10,.0f} traces/s  ({rate / bare:.2f}x bare Faust)")
+
+
+if __name__ == "__main__":
+    main()
