@@ -27,15 +27,14 @@ from typing import Any
 import faust
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.helpers import create_ssl_context
-from prometheus_client import CollectorRegistry, start_http_server
 
 from monitor import checkpoint
-from monitor.export import Collector, snapshot_of
+from monitor.export import Collector, serve, snapshot_of
 from monitor.ingest import Rejection
 from monitor.pipeline import Pipeline
 from monitor.settings import Settings
 
-__all__ = ["PartitionState", "Worker", "build"]
+__all__ = ["PartitionState", "Worker", "build", "run"]
 
 log = logging.getLogger("ragmon.worker")
 
@@ -57,8 +56,6 @@ class Worker:
         self.states: dict[int, PartitionState] = {}
         self._recovering = asyncio.Lock()
         self.collector = Collector(settings.series_budget)
-        self.registry = CollectorRegistry()
-        self.registry.register(self.collector)
         self.health: dict[str, float] = {"dlq_produced": 0, "batch_seconds": 0.0, "batches": 0,
                                          "errors": 0, "replayed_skipped": 0, "checkpoints": 0}
         self.dlq = app.topic(settings.topic_dlq, value_serializer="raw", key_serializer="raw")
@@ -226,8 +223,7 @@ def build(settings: Settings, *, broker_session_timeout: float = 4.0,
 
     @app.task  # type: ignore[untyped-decorator]
     async def serve_metrics() -> None:
-        start_http_server(settings.metrics_port, addr=settings.metrics_host,
-                          registry=worker.registry)
+        serve(worker.collector, settings.metrics_host, settings.metrics_port)
         worker.refresh()
         log.info("metrics on http://%s:%d/metrics", settings.metrics_host,
                  settings.metrics_port)
@@ -244,3 +240,9 @@ def _agent(worker: Worker, kind: str, topic: Any) -> None:
 
     consume.__name__ = f"fold_{kind}"
     worker.app.agent(topic, name=f"ragmon.fold_{kind}")(consume)
+
+
+def run(settings: Settings, loglevel: str = "info") -> None:
+    """Run a worker until it is stopped (SIGTERM / Ctrl-C)."""
+    worker = build(settings)
+    faust.Worker(worker.app, loglevel=loglevel).execute_from_commandline()

@@ -122,16 +122,13 @@ def _kafka_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    import faust
-
-    from monitor import app as worker_app
+    from monitor import app
     from monitor.client import ensure_topics
 
     settings = load(args.config, **_kafka_overrides(args))
     ensure_topics(settings)
     tune_gc()
-    worker = worker_app.build(settings)
-    faust.Worker(worker.app, loglevel=args.loglevel).execute_from_commandline()
+    app.run(settings, args.loglevel)
     return 0
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Final, NamedTuple
 
 import numpy as np
+from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -32,7 +33,8 @@ from monitor.layout import CLAIM_KINDS, LABEL_COUNTS, Histogram, Layout
 from monitor.pipeline import Pipeline
 
 __all__ = [
-    "ALL", "METRICS", "Collector", "Snapshot", "families", "parse_exposition", "snapshot_of",
+    "ALL", "METRICS", "Collector", "Snapshot", "families", "parse_exposition", "serve",
+    "snapshot_of",
 ]
 
 ALL: Final = "all"  # dimension and value labels of a release's total
@@ -319,6 +321,15 @@ def _health(snap: Snapshot, budget: int) -> list[Any]:
         _counter("ragmon_slice_values_overflowed", "Label values mapped to other by caps.", [],
                  [((), h.get("overflowed", 0))]),
     ]
+
+
+def serve(collector: Collector, host: str, port: int) -> CollectorRegistry:
+    """Serve `collector` (alone: no process metrics) with prometheus_client's own HTTP
+    server, which negotiates OpenMetrics (exemplars) as well as the text format."""
+    registry = CollectorRegistry()
+    registry.register(collector)
+    start_http_server(port, addr=host, registry=registry)
+    return registry
 
 
 def parse_exposition(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
