@@ -33,6 +33,7 @@ from monitor.export import Collector, serve, snapshot_of
 from monitor.ingest import Rejection
 from monitor.pipeline import Pipeline
 from monitor.settings import Settings
+from monitor.slices import Cap, Slicer
 
 __all__ = ["PartitionState", "Worker", "build", "run"]
 
@@ -54,6 +55,10 @@ class Worker:
         self.settings = settings
         self.app = app
         self.states: dict[int, PartitionState] = {}
+        # Shared by every partition's pipeline: one value maps to `other` everywhere.
+        self.slicer = Slicer(settings.slice_dimensions, settings.slice_values_max,
+                             settings.releases_max)
+        self.admit_missing = Cap(settings.missing_ids_max)
         self._recovering = asyncio.Lock()
         self.collector = Collector(settings.series_budget)
         self.health: dict[str, float] = {"dlq_produced": 0, "batch_seconds": 0.0, "batches": 0,
@@ -109,7 +114,8 @@ class Worker:
             state = self.states.get(partition)
             if state is None:
                 blob = await self._read_checkpoint(partition)
-                pipeline, offsets = checkpoint.load(self.settings, blob)
+                pipeline, offsets = checkpoint.load(self.settings, blob, self.slicer,
+                                                    self.admit_missing)
                 state = self.states[partition] = PartitionState(pipeline, offsets)
                 log.info("partition %d: state %s, offsets %s", partition,
                          "restored" if blob else "new", offsets)
@@ -173,7 +179,7 @@ class Worker:
             1 for tp in assignment if tp.topic == self.settings.topic_decisions)
         pipelines = [state.pipeline for _, state in sorted(self.states.items())]
         if not pipelines:
-            pipelines = [Pipeline(self.settings)]
+            pipelines = [Pipeline(self.settings, self.slicer, self.admit_missing)]
         watermark = max(p.windows.watermark for p in pipelines)
         self.health["watermark_lag"] = max(time.time() - watermark, 0.0) if watermark > 0 else 0
         self.collector.current = snapshot_of(pipelines, self.health)

@@ -27,6 +27,7 @@ from monitor.ingest import Accepted, parse
 from monitor.layout import Layout
 from monitor.pipeline import Pipeline
 from monitor.settings import Settings
+from monitor.slices import Cap, Slicer
 
 __all__ = ["dump", "load"]
 
@@ -58,9 +59,12 @@ def dump(pipeline: Pipeline, offsets: dict[str, int]) -> bytes:
     return zlib.compress(_encoder.encode(state), 1)
 
 
-def load(settings: Settings, blob: bytes | None) -> tuple[Pipeline, dict[str, int]]:
-    """A pipeline restored from checkpoint bytes (a fresh one for `None`), and its offsets."""
-    pipeline = Pipeline(settings)
+def load(settings: Settings, blob: bytes | None, slicer: Slicer | None = None,
+         admit_missing: Cap | None = None) -> tuple[Pipeline, dict[str, int]]:
+    """A pipeline restored from checkpoint bytes (a fresh one for `None`), and its offsets.
+
+    With shared `slicer`/`admit_missing` the checkpoint's admitted values join theirs."""
+    pipeline = Pipeline(settings, slicer, admit_missing)
     if blob is None:
         return pipeline, {}
     state: dict[str, Any] = _decoder.decode(zlib.decompress(blob))
@@ -81,11 +85,11 @@ def load(settings: Settings, blob: bytes | None) -> tuple[Pipeline, dict[str, in
         if isinstance(result, Accepted) and isinstance(result.event, Label | Feedback):
             pipeline.joiner.on_event(result.event, pipeline.seen)
     caps = state["caps"]
-    pipeline.slicer.releases.admitted = set(caps["releases"])
+    pipeline.slicer.releases.admitted.update(caps["releases"])
     for dim, values in caps["values"].items():
         if dim in pipeline.slicer.values:
-            pipeline.slicer.values[dim].admitted = set(values)
-    pipeline.admit_missing.admitted = set(caps["missing"])
+            pipeline.slicer.values[dim].admitted.update(values)
+    pipeline.admit_missing.admitted.update(caps["missing"])
     return pipeline, {topic: int(offset) for topic, offset in state["offsets"].items()}
 
 

@@ -76,7 +76,7 @@ def snapshot_of(pipelines: Sequence[Pipeline], health: dict[str, float]) -> Snap
     inputs: Counter[str] = Counter()
     rejected: Counter[str] = Counter()
     events: dict[str, Counter[str]] = {}
-    watermark, overflowed = 0.0, 0
+    watermark = 0.0
     for pipeline in pipelines:
         for part in (pipeline.totals, *pipeline.windows.open.values()):
             table = table.merge(part)
@@ -86,7 +86,10 @@ def snapshot_of(pipelines: Sequence[Pipeline], health: dict[str, float]) -> Snap
             events.setdefault(kind, Counter()).update(counts)
             events[kind]["joined"] += pipeline.joiner.joined[kind]
         watermark = max(watermark, pipeline.windows.watermark)
-        overflowed += pipeline.slicer.overflowed + pipeline.admit_missing.overflowed
+    # Caps may be shared by the pipelines (one per partition): count each cap once.
+    slicers = {id(p.slicer): p.slicer for p in pipelines}.values()
+    caps = {id(p.admit_missing): p.admit_missing for p in pipelines}.values()
+    overflowed = sum(s.overflowed for s in slicers) + sum(c.overflowed for c in caps)
     health = {**health, "watermark": watermark, "overflowed": overflowed}
     return Snapshot(pipelines[0].layout, table.cells(), dict(inputs), dict(rejected),
                     {kind: dict(counts) for kind, counts in events.items()}, health)

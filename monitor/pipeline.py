@@ -33,12 +33,15 @@ INPUT_COUNTERS: Final = (
 class Pipeline:
     """Stateful fold of decision traces, labels and feedback into window statistics."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, slicer: Slicer | None = None,
+                 admit_missing: Cap | None = None) -> None:
+        """`slicer` and `admit_missing` may be shared by the pipelines of one worker (one per
+        partition) so that every partition maps the same label values to `other`."""
         self.settings = settings
         self.layout: Layout = from_settings(settings)
-        self.slicer = Slicer(settings.slice_dimensions, settings.slice_values_max,
-                             settings.releases_max)
-        self.admit_missing = Cap(settings.missing_ids_max)
+        self.slicer = slicer or Slicer(settings.slice_dimensions, settings.slice_values_max,
+                                       settings.releases_max)
+        self.admit_missing = admit_missing or Cap(settings.missing_ids_max)
         self.seen: Seen[TraceRef] = Seen(settings.trace_retention_seconds,
                                          settings.trace_retention_max)
         self.windows = Windows(self.layout, settings.window_seconds,

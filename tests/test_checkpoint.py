@@ -43,3 +43,25 @@ def test_split_stream_with_checkpoint_equals_one_pass():
 def test_no_checkpoint_gives_a_fresh_pipeline():
     pipeline, offsets = load(load_settings(), None)
     assert offsets == {} and pipeline.input["read"] == 0
+
+
+def test_pipelines_of_one_worker_share_their_caps():
+    import json
+
+    from monitor.slices import Cap, Slicer
+
+    settings = load_settings(slice_values_max=2)
+    slicer = Slicer(settings.slice_dimensions, 2, 20)
+    missing = Cap(50)
+    first, _ = load(settings, None, slicer, missing)
+    second, _ = load(settings, None, slicer, missing)
+
+    def trace(tid, language):
+        return json.dumps({"schema": "rag-decision/1", "trace_id": tid,
+                           "ts": "2026-11-29T10:00:00Z", "system": {"release": "r"},
+                           "decision": "answer", "slice": {"language": language}}).encode()
+
+    first.feed([trace("a", "en"), trace("b", "ru")])
+    second.feed([trace("c", "de")])  # a third value: other, even in another partition
+    languages = build(second)["releases"]["r"]["slices"]["language"]
+    assert set(languages) == {"other"}
