@@ -51,7 +51,8 @@ METRICS: Final = (
     "ragmon_content_fields_dropped_total", "ragmon_label_events_total",
     "ragmon_dlq_produced_total", "ragmon_last_event_timestamp_seconds",
     "ragmon_watermark_lag_seconds", "ragmon_partitions_owned", "ragmon_batch_seconds_total",
-    "ragmon_batches_total", "ragmon_series", "ragmon_series_budget", "ragmon_series_dropped",
+    "ragmon_batches_total", "ragmon_redelivered_skipped_total", "ragmon_checkpoints_total",
+    "ragmon_worker_errors_total", "ragmon_series", "ragmon_series_budget", "ragmon_series_dropped",
     "ragmon_slice_values_overflowed_total",
 )
 _SIGNAL_BUCKETS: Final = 10  # exported buckets per unit-range signal (le=0.1 .. 1.0)
@@ -319,6 +320,14 @@ def _health(snap: Snapshot, budget: int) -> list[Any]:
         _counter("ragmon_batch_seconds", "Time spent folding batches.", [],
                  [((), h.get("batch_seconds", 0.0))]),
         _counter("ragmon_batches", "Batches folded.", [], [((), h.get("batches", 0))]),
+        _counter("ragmon_redelivered_skipped", "Messages skipped because their partition's "
+                 "checkpoint already holds their offset (redelivery after a crash or "
+                 "rebalance; a surge without one means offsets went backwards).", [],
+                 [((), h.get("replayed_skipped", 0))]),
+        _counter("ragmon_checkpoints", "Partition checkpoints written.", [],
+                 [((), h.get("checkpoints", 0))]),
+        _counter("ragmon_worker_errors", "Batches that failed and were dead-lettered whole.",
+                 [], [((), h.get("errors", 0))]),
         _gauge("ragmon_series_budget", "The configured ceiling of exported series.", [],
                [((), budget)]),
         _counter("ragmon_slice_values_overflowed", "Label values mapped to other by caps.", [],
