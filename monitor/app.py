@@ -21,8 +21,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import Any, TypeVar
 
 import faust
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -38,6 +39,7 @@ from monitor.slices import Cap, Slicer
 __all__ = ["PartitionState", "Worker", "build", "run"]
 
 log = logging.getLogger("ragmon.worker")
+T = TypeVar("T")
 
 
 class PartitionState:
@@ -73,7 +75,10 @@ class Worker:
         for event in events:
             by_partition.setdefault(event.message.partition, []).append(event)
         for partition, group in sorted(by_partition.items()):
-            state = self.states.get(partition) or await self._recover(partition)
+            state = self.states.get(partition)
+            if state is None:
+                state = await self._retrying(partial(self._recover, partition),
+                                             f"partition {partition}: recovery")
             topic = group[0].message.topic
             applied = state.offsets.get(topic, -1)
             fresh = [e for e in group if e.message.offset > applied]
@@ -83,9 +88,23 @@ class Worker:
             for index, rejection in self._fold(state.pipeline, fresh, kind):
                 await self._dead_letter(fresh[index], rejection)
             state.offsets[topic] = max(e.message.offset for e in fresh)
-            await self._checkpoint(partition, state)
+            await self._retrying(partial(self._checkpoint, partition, state),
+                                 f"partition {partition}: checkpoint")
         self.health["batch_seconds"] += time.perf_counter() - started
         self.health["batches"] += 1
+
+    async def _retrying(self, attempt: Callable[[], Awaitable[T]], what: str) -> T:
+        """Retry broker I/O with backoff instead of letting it escape the agent: the batch
+        stays unacknowledged meanwhile, so nothing is lost and nothing is acked early."""
+        delay = 0.5
+        while True:
+            try:
+                return await attempt()
+            except Exception:
+                self.health["errors"] += 1
+                log.exception("%s failed; retrying in %.1f s", what, delay)
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 30.0)
 
     def _fold(self, pipeline: Pipeline, events: list[Any],
               kind: str) -> list[tuple[int, Rejection]]:
