@@ -30,6 +30,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.helpers import create_ssl_context
 
 from monitor import checkpoint
+from monitor.client import connection
 from monitor.export import Collector, serve, snapshot_of
 from monitor.ingest import Rejection
 from monitor.pipeline import Pipeline
@@ -205,15 +206,11 @@ class Worker:
 
 
 def _aiokafka_options(settings: Settings) -> dict[str, Any]:
-    options: dict[str, Any] = {"bootstrap_servers": settings.bootstrap_servers.split(","),
-                               "security_protocol": settings.security_protocol}
-    if settings.sasl_mechanism:
-        options["sasl_mechanism"] = settings.sasl_mechanism
-        options["sasl_plain_username"] = settings.sasl_username
-        if settings.sasl_password is not None:
-            options["sasl_plain_password"] = settings.sasl_password.get_secret_value()
+    """kafka-python's connection options, which aiokafka shares but for the CA file."""
+    options = connection(settings)
+    cafile = options.pop("ssl_cafile", None)
     if settings.security_protocol in ("SSL", "SASL_SSL"):
-        options["ssl_context"] = create_ssl_context(cafile=settings.ssl_cafile)
+        options["ssl_context"] = create_ssl_context(cafile=cafile)
     return options
 
 

@@ -67,7 +67,7 @@ def summarize(cell: Cell, layout: Layout) -> dict[str, Any]:
                 c["self_check_reject"], c["self_check_pass"] + c["self_check_reject"]),
         },
         "signals": {
-            name: _distribution(hist, cell, c, s)
+            name: _distribution(hist, cell)
             for name, hist in layout.histograms.items()
             if name not in ("latency_ms", "cost")
         },
@@ -104,8 +104,7 @@ def _requirements(c: dict[str, int], s: dict[str, float],
     }
 
 
-def _distribution(hist: Histogram, cell: Cell, c: dict[str, int],
-                  s: dict[str, float]) -> dict[str, Any]:
+def _distribution(hist: Histogram, cell: Cell) -> dict[str, Any]:
     n = int(cell.counts[hist.count_col])
     return {
         "count": n,

@@ -79,8 +79,7 @@ def snapshot_of(pipelines: Sequence[Pipeline], health: dict[str, float]) -> Snap
     events: dict[str, Counter[str]] = {}
     watermark = 0.0
     for pipeline in pipelines:
-        for part in (pipeline.totals, *pipeline.windows.open.values()):
-            table = table.merge(part)
+        table = table.merge(pipeline.merged())
         inputs.update(pipeline.input)
         rejected.update(pipeline.rejected_by_reason)
         for kind, counts in pipeline.events.items():
@@ -279,20 +278,23 @@ def _le(bound: float) -> str:
     return f"{bound:.6g}"
 
 
-def _gauge(name: str, help_text: str, labels: list[str],
-           samples: list[tuple[tuple[str, ...], float]]) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, help_text, labels=labels)
+def _family(kind: type[GaugeMetricFamily] | type[CounterMetricFamily], name: str,
+            help_text: str, labels: list[str],
+            samples: list[tuple[tuple[str, ...], float]]) -> Metric:
+    family = kind(name, help_text, labels=labels)
     for values, value in samples:
         family.add_metric(list(values), value)
     return family
+
+
+def _gauge(name: str, help_text: str, labels: list[str],
+           samples: list[tuple[tuple[str, ...], float]]) -> Metric:
+    return _family(GaugeMetricFamily, name, help_text, labels, samples)
 
 
 def _counter(name: str, help_text: str, labels: list[str],
-             samples: list[tuple[tuple[str, ...], float]]) -> CounterMetricFamily:
-    family = CounterMetricFamily(name, help_text, labels=labels)
-    for values, value in samples:
-        family.add_metric(list(values), value)
-    return family
+             samples: list[tuple[tuple[str, ...], float]]) -> Metric:
+    return _family(CounterMetricFamily, name, help_text, labels, samples)
 
 
 def _health(snap: Snapshot, budget: int) -> list[Any]:

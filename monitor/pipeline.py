@@ -128,6 +128,13 @@ class Pipeline:
         self._apply(deltas)
         return dead
 
+    def merged(self) -> Table:
+        """Everything folded so far, closed and open windows alike, as one table."""
+        table = self.totals
+        for _, window in sorted(self.windows.open.items()):
+            table = table.merge(window)
+        return table
+
     def close_ready(self, final: bool = False) -> list[tuple[int, Table]]:
         """Close windows past the lateness (all of them if `final`), merge them into totals."""
         closed = self.windows.close_all() if final else self.windows.close_ready()

@@ -19,9 +19,7 @@ __all__ = ["build"]
 
 def build(pipeline: Pipeline) -> dict[str, Any]:
     """Summarise everything folded so far (open windows included, nothing is closed)."""
-    table = pipeline.totals
-    for _, window in sorted(pipeline.windows.open.items()):
-        table = table.merge(window)
+    table = pipeline.merged()
     releases: dict[str, Any] = {}
     for (release, dim, value), cell in sorted(table.cells().items()):
         entry = releases.setdefault(release, {"total": None, "slices": {}})
