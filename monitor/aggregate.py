@@ -15,7 +15,7 @@ commutative (sums are float; their addition is exact up to rounding).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -135,6 +135,27 @@ class Table:
             key: Cell(self.counts[row].copy(), self.sums[row].copy(), extras.get(row, {}))
             for row, key in enumerate(self.keys)
         }
+
+    def to_state(self) -> dict[str, Any]:
+        """Plain values (bytes, lists) for msgpack: checkpoints and reference profiles."""
+        n = len(self)
+        return {
+            "keys": [list(key) for key in self.keys],
+            "counts": self.counts[:n].tobytes(),
+            "sums": self.sums[:n].tobytes(),
+            "extras": [[row, kind, name, c] for (row, kind, name), c in self.extras.items()],
+        }
+
+    @classmethod
+    def from_state(cls, layout: Layout, data: dict[str, Any]) -> Table:
+        table = cls(layout, max(16, len(data["keys"])))
+        for key in data["keys"]:
+            table.row((key[0], key[1], key[2]))
+        n = len(data["keys"])
+        table.counts[:n] = np.frombuffer(data["counts"], np.int64).reshape(n, layout.n_counts)
+        table.sums[:n] = np.frombuffer(data["sums"], np.float64).reshape(n, layout.n_sums)
+        table.extras = {(row, kind, name): count for row, kind, name, count in data["extras"]}
+        return table
 
     @staticmethod
     def _scatter(target: np.ndarray, rows: np.ndarray, trace: np.ndarray, col: np.ndarray,

@@ -19,12 +19,10 @@ import zlib
 from typing import Any
 
 import msgspec
-import numpy as np
 
 from monitor.aggregate import Table
 from monitor.contract import Feedback, Label, to_json
 from monitor.ingest import Accepted, parse
-from monitor.layout import Layout
 from monitor.pipeline import Pipeline
 from monitor.settings import Settings
 from monitor.slices import Cap, Slicer
@@ -42,8 +40,8 @@ def dump(pipeline: Pipeline, offsets: dict[str, int]) -> bytes:
         "version": _VERSION,
         "offsets": offsets,
         "watermark": pipeline.windows.watermark,
-        "open": {str(start): _table(t) for start, t in pipeline.windows.open.items()},
-        "totals": _table(pipeline.totals),
+        "open": {str(start): t.to_state() for start, t in pipeline.windows.open.items()},
+        "totals": pipeline.totals.to_state(),
         "input": dict(pipeline.input),
         "rejected": dict(pipeline.rejected_by_reason),
         "events": {kind: dict(c) for kind, c in pipeline.events.items()},
@@ -72,8 +70,8 @@ def load(settings: Settings, blob: bytes | None, slicer: Slicer | None = None,
         raise ValueError(f"checkpoint version {state.get('version')!r} is not {_VERSION}")
     layout = pipeline.layout
     pipeline.windows.watermark = state["watermark"]
-    pipeline.windows.open = {int(s): _restore(layout, t) for s, t in state["open"].items()}
-    pipeline.totals = _restore(layout, state["totals"])
+    pipeline.windows.open = {int(s): Table.from_state(layout, t) for s, t in state["open"].items()}
+    pipeline.totals = Table.from_state(layout, state["totals"])
     pipeline.input.update(state["input"])
     pipeline.rejected_by_reason.update(state["rejected"])
     for kind, counts in state["events"].items():
@@ -91,24 +89,3 @@ def load(settings: Settings, blob: bytes | None, slicer: Slicer | None = None,
             pipeline.slicer.values[dim].admitted.update(values)
     pipeline.admit_missing.admitted.update(caps["missing"])
     return pipeline, {topic: int(offset) for topic, offset in state["offsets"].items()}
-
-
-def _table(table: Table) -> dict[str, Any]:
-    n = len(table)
-    return {
-        "keys": [list(key) for key in table.keys],
-        "counts": table.counts[:n].tobytes(),
-        "sums": table.sums[:n].tobytes(),
-        "extras": [[row, kind, name, count] for (row, kind, name), count in table.extras.items()],
-    }
-
-
-def _restore(layout: Layout, data: dict[str, Any]) -> Table:
-    table = Table(layout, max(16, len(data["keys"])))
-    for key in data["keys"]:
-        table.row((key[0], key[1], key[2]))
-    n = len(data["keys"])
-    table.counts[:n] = np.frombuffer(data["counts"], np.int64).reshape(n, layout.n_counts)
-    table.sums[:n] = np.frombuffer(data["sums"], np.float64).reshape(n, layout.n_sums)
-    table.extras = {(row, kind, name): count for row, kind, name, count in data["extras"]}
-    return table

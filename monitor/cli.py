@@ -72,6 +72,26 @@ def _parser() -> argparse.ArgumentParser:
                              "(default: the setting allowed_lateness_seconds)")
     replay.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     replay.set_defaults(run=_replay)
+    backtest = sub.add_parser(
+        "backtest", help="replay traces through the drift detectors; one JSON line per alarm",
+        description="Replays traces in file order through the same aggregation and "
+                    "detectors as the worker. The first N traces of each release freeze "
+                    "its reference.")
+    backtest.add_argument("files", nargs="+", metavar="TRACES.jsonl")
+    backtest.add_argument("--reference-traces", type=int, metavar="N",
+                          help="traces of a release that freeze its reference "
+                               "(default: the setting reference_traces, 2000)")
+    budget = backtest.add_mutually_exclusive_group()
+    budget.add_argument("--arl0", type=float, metavar="EVENTS",
+                        help="per-stream false-alarm budget: mean traces between false alarms")
+    budget.add_argument("--false-alarm-days", type=float, metavar="D",
+                        help="one false alarm per family per D days (default: the setting)")
+    backtest.add_argument("--window-seconds", type=int, metavar="S",
+                          help="detector update window (default: the setting window_seconds)")
+    backtest.add_argument("--out", metavar="FILE", help="write alarms JSONL here "
+                          "(default stdout)")
+    backtest.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    backtest.set_defaults(run=_backtest)
     simulate = sub.add_parser("simulate", help="write simulated decision traces as JSONL",
                               description="Seeded RAG traffic with a drift scenario.")
     simulate.add_argument("--scenario", default="steady", choices=SCENARIOS)
@@ -212,6 +232,49 @@ def _replay(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         render.summary(summary)
+    return 0
+
+
+def _backtest(args: argparse.Namespace) -> int:
+    from monitor.backtest import Backtest
+    from monitor.drift import DriftConfig
+
+    overrides: dict[str, Any] = {}
+    if args.window_seconds is not None:
+        overrides["window_seconds"] = args.window_seconds
+    if args.reference_traces is not None:
+        overrides["reference_traces"] = args.reference_traces
+    if args.false_alarm_days is not None:
+        overrides["false_alarm_days"] = args.false_alarm_days
+    settings = load(args.config, **overrides)
+    for path in args.files:
+        if path != "-" and not Path(path).is_file():
+            raise _InputError(f"cannot read {path!r}: no such file")
+    tune_gc()
+    run = Backtest(settings, DriftConfig.from_settings(settings, arl0_traces=args.arl0))
+    counts: dict[str, int] = {}
+    with ExitStack() as stack:
+        out = stack.enter_context(_open_out(args.out)) if args.out else sys.stdout
+        progress = render.progress(not args.no_progress and bool(args.out),
+                                   _total_bytes(args.files))
+        stack.enter_context(progress)
+
+        def emit(records: Iterator[dict[str, Any]]) -> None:
+            for record in records:
+                out.write(json.dumps(record) + "\n")
+                name = record["alarm"] if record["signal"] is None else \
+                    f"{record['alarm']} {record['signal']} {record['direction']}"
+                counts[name] = counts.get(name, 0) + 1
+
+        for path in args.files:
+            for _, lines in _batches(path, progress):
+                emit(run.feed(lines))
+        emit(run.finish())
+    if args.out:
+        total = run.pipeline.input["read"]
+        print(f"{sum(counts.values())} alarms over {total} traces -> {args.out}")
+        for name, n in sorted(counts.items()):
+            print(f"  {n:6d}  {name}")
     return 0
 
 

@@ -25,6 +25,7 @@ from monitor.windows import Windows
 
 __all__ = ["INPUT_COUNTERS", "Pipeline"]
 
+_COMPONENTS_MAX: Final = 64  # distinct version tuples remembered per release
 INPUT_COUNTERS: Final = (
     "read", "valid", "rejected", "duplicates", "late", "folded", "content_fields_dropped",
 )
@@ -55,6 +56,12 @@ class Pipeline:
             for kind in ("labels", "feedback")
         }
         self.rejected_by_reason: Counter[str] = Counter()
+        # Version components seen per (capped) release: a change makes references stale.
+        self.components: dict[str, set[tuple[str | None, ...]]] = {}
+        # Per open window, the last trace (input position, trace_id, ts) of each slicing:
+        # what an alarm on that window points to.
+        self.last_traces: dict[int, dict[Slicing, tuple[int, str, float]]] = {}
+        self.closed_last_traces: dict[int, dict[Slicing, tuple[int, str, float]]] = {}
 
     def feed(self, raws: Iterable[bytes]) -> list[tuple[int, Rejection]]:
         """Fold a batch of decision traces; return dead letters (rejected or late) by index."""
@@ -64,6 +71,8 @@ class Pipeline:
         windows, seen, count, joiner = self.windows, self.seen, self.input, self.joiner
         refs, keys, max_bytes = seen.refs, self.slicer.keys, self.settings.max_message_bytes
         read = dropped = 0
+        base = count["read"]
+        components, last_traces = self.components, self.last_traces
         for index, raw in enumerate(raws):
             read += 1
             result = parse(raw, max_bytes, Trace)
@@ -91,6 +100,16 @@ class Pipeline:
                 group = groups[ref.window_start] = (Encoder(self.layout, self.admit_missing), [])
             group[0].append(trace)
             group[1].append(ref.slicing)
+            release = ref.slicing[0]
+            seen_components = components.get(release)
+            if seen_components is None:
+                seen_components = components[release] = set()
+            if len(seen_components) < _COMPONENTS_MAX:
+                seen_components.add(trace.system.components())
+            last = last_traces.get(ref.window_start)
+            if last is None:
+                last = last_traces[ref.window_start] = {}
+            last[ref.slicing] = (base + index, trace.trace_id, ts)
             if joiner.pending:
                 deltas.extend(joiner.on_trace(trace.trace_id, ref))
         rejected = sum(1 for _, r in dead if r.reason != "late")
@@ -140,7 +159,19 @@ class Pipeline:
         closed = self.windows.close_all() if final else self.windows.close_ready()
         for _, table in closed:
             self.totals = self.totals.merge(table)
+        if closed:  # kept until the next close, for alarms on these windows
+            self.closed_last_traces = {s: self.last_traces.pop(s, {}) for s, _ in closed}
         return closed
+
+    def last_trace(self, window_start: int, release: str, dimension: str,
+                   value: str) -> tuple[int, str, float] | None:
+        """The last trace folded into a cell of an open or just-closed window."""
+        best: tuple[int, str, float] | None = None
+        lasts = self.last_traces.get(window_start) or self.closed_last_traces.get(window_start, {})
+        for (rel, pairs), last in lasts.items():
+            if rel == release and (not dimension or (dimension, value) in pairs):
+                best = last if best is None or last[0] > best[0] else best
+        return best
 
     def _apply(self, deltas: list[Delta]) -> None:
         for delta in deltas:

@@ -94,6 +94,13 @@ class Settings(BaseSettings):
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(default=9464, ge=0, le=65_535)
     series_budget: int = Field(default=20_000, ge=100, le=1_000_000)
+    # Drift detection: reference profiles and false-alarm budgets.
+    reference_traces: int = Field(default=2_000, ge=100)
+    min_reference_traces: int = Field(default=200, ge=10)
+    false_alarm_days: float = Field(default=30.0, gt=0)
+    false_alarm_days_by_family: dict[str, float] = Field(default_factory=dict)
+    alarm_hold_windows: int = Field(default=30, ge=1)
+    topic_references: str = "ragmon.references"
     signals: dict[str, SignalRange] = Field(
         default_factory=lambda: {
             "top_score": _UNIT,

@@ -10,7 +10,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "monitor"
 # Left to right: a module may import only modules to its left. cli wires; nothing imports it.
 ORDER = [
     "contract", "settings", "ingest", "slices", "layout", "encode", "aggregate", "windows",
-    "dedupe", "labels", "derive", "pipeline", "summary", "checkpoint", "export", "simulate",
+    "dedupe", "labels", "derive", "detectors", "thresholds", "reference", "drift", "pipeline",
+    "backtest", "summary", "checkpoint", "export", "simulate",
     "render",
     "broker", "client", "app", "demo", "cli",
 ]

@@ -1,0 +1,306 @@
+"""Detection delay at a measured false-alarm rate: ragmon's GLR vs oracle, KS/Z, ADWIN, PH.
+
+Every method watches one stream of per-trace values and is asked once per window of 20
+traces (ragmon and the oracle; windowed tests re-test every 20 traces; River's detectors
+see every trace). Each method is calibrated to ARL0 = 10,000 traces per stream, and
+that ARL0 is then *measured* on fresh stationary streams (false alarms per trace,
+reset after each alarm), so delays compare at equal false-alarm rates.
+
+- ragmon: `detectors.location/spread/rate` with the reference frozen from the first
+  2,000 traces of each stream (its default), threshold from `thresholds.threshold`
+  (the product's own calibration: no tuning on this benchmark).
+- oracle: CUSUM of the true per-trace log-likelihood ratio (knows pre- and post-change
+  laws), threshold by bisection to the ARL0.
+- windowed KS (continuous) / one-sided two-proportion Z (rates): reference = first
+  1,000 traces, window = last 500 traces, threshold on the statistic by bisection.
+- River ADWIN (delta) and PageHinkley (threshold; mode up/down as the change) by bisection.
+
+Delay = traces from the change to the end of the window that alarmed; runs with a
+false alarm before the change are dropped (counted); the change point falls uniformly
+inside a window. Median over runs.
+
+    taskset -c 0 python benchmarks/detection_delay.py [--runs 200] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+from river import drift as river_drift
+from scipy import special, stats
+
+from monitor import detectors as det
+from monitor.thresholds import threshold as ragmon_threshold
+
+W = 20
+ARL0 = 10_000
+REF_RAGMON = 2_000
+REF_WINDOWED = 1_000
+WINDOW_TEST = 500
+PRE = 1_000  # traces between the reference and the change
+
+
+# ---- scenarios ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Law:
+    """A per-trace law: Beta(a, b) scores or Bernoulli(p) events."""
+
+    kind: str
+    a: float = 0.0
+    b: float = 0.0
+    p: float = 0.0
+
+    def draw(self, rng: np.random.Generator, k: int) -> np.ndarray:
+        if self.kind == "beta":
+            return rng.beta(self.a, self.b, k)
+        return (rng.random(k) < self.p).astype(np.float64)
+
+    def logpdf(self, x: np.ndarray) -> np.ndarray:
+        if self.kind == "beta":
+            return ((self.a - 1) * np.log(x) + (self.b - 1) * np.log1p(-x)
+                    - special.betaln(self.a, self.b))
+        return np.where(x > 0.5, math.log(self.p), math.log1p(-self.p))
+
+
+def beta_mean(mean: float, concentration: float = 10.0) -> Law:
+    return Law("beta", mean * concentration, (1 - mean) * concentration)
+
+
+TOP = beta_mean(0.6)  # Beta(6, 4)
+# sd x1.25 at the same mean: var = m(1-m)/(c+1) -> c + 1 = 11 / 1.5625
+SPREAD = beta_mean(0.6, 11 / 1.5625 - 1)
+SCENARIOS = {
+    "top_score mean +0.02": (TOP, beta_mean(0.62), "location", +1),
+    "top_score mean +0.05": (TOP, beta_mean(0.65), "location", +1),
+    "top_score mean +0.10": (TOP, beta_mean(0.70), "location", +1),
+    "top_score sd x1.25": (TOP, SPREAD, "spread", +1),
+    "critical_claim_unsupported 2% -> 3%": (Law("bern", p=0.02), Law("bern", p=0.03), "rate", +1),
+    "critical_claim_unsupported 2% -> 4%": (Law("bern", p=0.02), Law("bern", p=0.04), "rate", +1),
+    "critical_claim_unsupported 2% -> 6%": (Law("bern", p=0.02), Law("bern", p=0.06), "rate", +1),
+    "answer coverage 80% -> 75%": (Law("bern", p=0.80), Law("bern", p=0.75), "rate", -1),
+}
+ISSUE_ORACLE = {  # the issue's measured oracle medians, for comparison
+    "top_score mean +0.02": 288, "top_score mean +0.05": 62, "top_score mean +0.10": 23,
+    "top_score sd x1.25": 59, "critical_claim_unsupported 2% -> 3%": 822,
+    "critical_claim_unsupported 2% -> 4%": 281, "critical_claim_unsupported 2% -> 6%": 122,
+    "answer coverage 80% -> 75%": 304,
+}
+
+
+# ---- methods: each is make(reference values) -> step(values) -> alarm ----------------------
+
+Step = Callable[[np.ndarray], bool]
+
+
+def ragmon(kind: str, sign: int) -> Callable[[np.ndarray], Step]:
+    def make(ref: np.ndarray) -> Step:
+        n = float(len(ref))
+        if kind == "rate":
+            family: det.Family = det.rate(n, float(ref.sum()), sign)
+        else:
+            mean, var = float(ref.mean()), float(ref.var())
+            if kind == "location":
+                family = det.location(n, mean, var, sign)
+            else:
+                family = det.spread(n, mean, var, float(((ref - mean) ** 4).mean()), sign)
+        d = det.Detector(family, ragmon_threshold(family, W, ARL0 / W))
+        if kind == "spread":
+            center = float(ref.mean())
+            return lambda x: d.update(
+                len(x), [det.spread_sum(len(x), x.sum(), (x * x).sum(), center)]).alarm
+        return lambda x: d.update(len(x), [x.sum()]).alarm
+    return make
+
+
+def oracle(pre: Law, post: Law, h: float) -> Callable[[np.ndarray], Step]:
+    def make(_ref: np.ndarray) -> Step:
+        s = [0.0]
+
+        def step(x: np.ndarray) -> bool:
+            s[0] = max(0.0, s[0] + float((post.logpdf(x) - pre.logpdf(x)).sum()))
+            if s[0] > h:
+                s[0] = 0.0
+                return True
+            return False
+        return step
+    return make
+
+
+def windowed(kind: str, sign: int, h: float) -> Callable[[np.ndarray], Step]:
+    def make(ref: np.ndarray) -> Step:
+        ref = np.sort(ref[-REF_WINDOWED:])
+        window: deque[float] = deque(maxlen=WINDOW_TEST)
+        p_ref = ref.mean()
+
+        def step(x: np.ndarray) -> bool:
+            window.extend(x.tolist())
+            if len(window) < WINDOW_TEST:
+                return False
+            w = np.fromiter(window, np.float64, len(window))
+            if kind == "rate":
+                p = (ref.sum() + w.sum()) / (len(ref) + len(w))
+                se = math.sqrt(max(p * (1 - p), 1e-12) * (1 / len(ref) + 1 / len(w)))
+                stat = sign * (w.mean() - p_ref) / se
+            else:
+                stat = stats.ks_2samp(ref, w, method="asymp").statistic
+            if stat > h:
+                window.clear()
+                return True
+            return False
+        return step
+    return make
+
+
+def adwin(delta: float) -> Callable[[np.ndarray], Step]:
+    def make(_ref: np.ndarray) -> Step:
+        d = river_drift.ADWIN(delta=delta)
+
+        def step(x: np.ndarray) -> bool:
+            hit = False
+            for v in x.tolist():
+                d.update(v)
+                hit = hit or d.drift_detected
+            return hit
+        return step
+    return make
+
+
+def page_hinkley(sign: int, h: float) -> Callable[[np.ndarray], Step]:
+    def make(_ref: np.ndarray) -> Step:
+        d = river_drift.PageHinkley(threshold=h, mode="up" if sign > 0 else "down")
+
+        def step(x: np.ndarray) -> bool:
+            hit = False
+            for v in x.tolist():
+                d.update(v)
+                hit = hit or d.drift_detected
+            return hit
+        return step
+    return make
+
+
+# ---- measurement -------------------------------------------------------------------------
+
+def measured_arl0(make: Callable[[np.ndarray], Step], law: Law, ref_n: int, traces: int,
+                  rng: np.random.Generator, streams: int = 40) -> tuple[float, int]:
+    """Traces per false alarm on stationary streams (renewal: detectors reset themselves)."""
+    alarms = 0
+    for _ in range(streams):
+        step = make(law.draw(rng, ref_n))
+        x = law.draw(rng, traces // streams)
+        for i in range(0, len(x) - W + 1, W):
+            alarms += step(x[i:i + W])
+    return traces / max(alarms, 1), alarms
+
+
+def calibrate(build: Callable[[float], Callable[[np.ndarray], Step]], law: Law, ref_n: int,
+              lo: float, hi: float, rng: np.random.Generator, log: bool = False,
+              increasing: bool = True, iters: int = 11, traces: int = 600_000) -> float:
+    """Bisection on a method's parameter until its measured ARL0 matches ARL0."""
+    for _ in range(iters):
+        mid = math.sqrt(lo * hi) if log else (lo + hi) / 2
+        arl, _ = measured_arl0(build(mid), law, ref_n, traces, rng)
+        if (arl < ARL0) == increasing:
+            lo = mid
+        else:
+            hi = mid
+    return math.sqrt(lo * hi) if log else (lo + hi) / 2
+
+
+def delays(make: Callable[[np.ndarray], Step], pre: Law, post: Law, ref_n: int, runs: int,
+           rng: np.random.Generator, horizon: int = 20_000) -> tuple[float, int]:
+    out: list[float] = []
+    early = 0
+    for _ in range(runs):
+        step = make(pre.draw(rng, ref_n))
+        change = PRE + int(rng.integers(0, W))
+        x = np.concatenate([pre.draw(rng, change), post.draw(rng, horizon)])
+        delay = math.inf
+        for i in range(0, len(x) - W + 1, W):
+            if step(x[i:i + W]):
+                end = i + W
+                if end <= change:
+                    early += 1
+                    delay = -1
+                else:
+                    delay = end - change
+                break
+        if delay >= 0:
+            out.append(delay)
+    return float(np.median(out)) if out else math.inf, early
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--quick", action="store_true", help="fewer traces for calibration")
+    parser.add_argument("--only", help="substring of scenario names to run")
+    parser.add_argument("--methods", default="ragmon,oracle,windowed,adwin,ph")
+    parser.add_argument("--json", help="write results here")
+    args = parser.parse_args(argv)
+    rng = np.random.default_rng(2026)
+    cal_traces = 200_000 if args.quick else 600_000
+    arl_traces = 400_000 if args.quick else 2_000_000
+    methods = args.methods.split(",")
+    results: dict[str, dict[str, object]] = {}
+    baselines: dict[tuple[str, str, int], Callable[[np.ndarray], Step]] = {}
+    for name, (pre, post, kind, sign) in SCENARIOS.items():
+        if args.only and args.only not in name:
+            continue
+        row: dict[str, object] = {"issue_oracle": ISSUE_ORACLE[name]}
+        t0 = time.time()
+        for method in methods:
+            ref_n = REF_RAGMON if method == "ragmon" else REF_WINDOWED
+            key = (method, f"{pre}", sign if kind != "spread" else 2)
+            if method == "ragmon":
+                make = ragmon(kind, sign)
+            elif method == "oracle":
+                h = calibrate(partial(oracle, pre, post), pre, ref_n, 0.1, 20.0, rng,
+                              traces=cal_traces)
+                make = oracle(pre, post, h)
+            elif key in baselines:
+                make = baselines[key]
+            elif method == "windowed":
+                lo, hi = (0.5, 8.0) if kind == "rate" else (0.02, 0.5)
+                h = calibrate(partial(windowed, kind, sign), pre, ref_n, lo, hi, rng,
+                              traces=cal_traces)
+                make = baselines[key] = windowed(kind, sign, h)
+            elif method == "adwin":
+                d = calibrate(adwin, pre, ref_n, 1e-12, 0.5, rng, log=True, increasing=False,
+                              iters=14, traces=cal_traces)
+                make = baselines[key] = adwin(d)
+            else:
+                h = calibrate(partial(page_hinkley, sign), pre, ref_n, 0.01, 200.0, rng,
+                              log=True, traces=cal_traces)
+                make = baselines[key] = page_hinkley(sign, h)
+            arl, alarms = measured_arl0(make, pre, ref_n, arl_traces, rng)
+            median, early = delays(make, pre, post, ref_n, args.runs, rng)
+            row[method] = {"median_delay": median, "measured_arl0": round(arl),
+                           "false_alarms_measured": alarms, "runs_with_early_alarm": early}
+            print(f"{name:40s} {method:9s} delay {median:8.1f}  ARL0 {arl:9.0f} "
+                  f"({alarms} alarms)  early {early}", flush=True)
+        if "ragmon" in row and "oracle" in row:
+            r, o = row["ragmon"], row["oracle"]
+            assert isinstance(r, dict) and isinstance(o, dict)
+            row["ragmon_over_oracle"] = round(r["median_delay"] / o["median_delay"], 2)
+            print(f"{name:40s} ragmon/oracle = {row['ragmon_over_oracle']}  "
+                  f"({time.time() - t0:.0f}s)", flush=True)
+        results[name] = row
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,409 @@
+"""Drift detection on closed windows: streams per (release, slice, signal, direction).
+
+For every release, `Drift.observe` takes each closed window's merged table and:
+
+1. without a reference: folds the window into an accumulator and freezes the reference
+   after `reference_traces` traces (the release is "recalibration required" meanwhile);
+2. with a reference that has not seen the version components now in traffic: marks
+   the release "recalibration required" and keeps its detectors silent (drift against
+   a stale reference is not news, the stale reference is);
+3. otherwise updates one GLR detector (`detectors`) per stream of every cell the
+   reference holds enough traffic for, with a threshold from the family's false-alarm
+   budget (`thresholds`), and returns the alarms.
+
+Streams of a cell (signal, direction): each continuous signal's location (up, down)
+and spread (`<signal>_spread` up, down); `critical_claim_unsupported_rate` up;
+`answer_coverage` down and up; `reason_mix` change; `self_check_reject_rate` and
+`verbatim_failure_rate` up; `gate_leak`, where any occurrence alarms. After an alarm
+the detector restarts; the stream stays in alarm (`alarm_active`) until it has gone
+`alarm_hold_windows` windows without alarming again, so a change that persists is one
+alarm, not one per window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final, NamedTuple
+
+import numpy as np
+
+from monitor import detectors as det
+from monitor.aggregate import Cell, CellKey, Table
+from monitor.layout import Histogram, Layout
+from monitor.reference import Accumulator, Components, Reference
+from monitor.settings import Settings
+from monitor.thresholds import arl0_windows, threshold
+
+__all__ = ["Alarm", "Drift", "DriftConfig", "StreamKey", "Verdict", "stream_specs"]
+
+EXCLUDED_SIGNALS: Final = ("latency_ms", "cost")
+
+
+class StreamKey(NamedTuple):
+    release: str
+    dimension: str  # "" for the release total
+    value: str
+    signal: str
+    direction: str  # up, down, change
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The latest state of one stream, as exported."""
+
+    statistic: float
+    threshold: float
+    alarm_active: bool
+    status: str  # ok, alarm, insufficient_data, recalibration_required
+    window_start: int
+    since_windows: int = 0
+
+
+@dataclass(frozen=True)
+class Alarm:
+    """A stream crossed its threshold in the window starting at `window_start`."""
+
+    key: StreamKey
+    window_start: int
+    statistic: float
+    threshold: float
+    since_windows: int  # the estimated change lies this many windows back
+    reference_value: float | None
+    current_value: float | None
+
+    @property
+    def group(self) -> str:
+        """Alarms of one change: a slice and its release total share the group."""
+        return f"{self.key.release}/{self.key.signal}/{self.key.direction}"
+
+
+@dataclass(frozen=True)
+class DriftConfig:
+    window_seconds: float = 60.0
+    reference_traces: int = 2_000
+    min_reference_traces: int = 200   # per stream denominator, else insufficient data
+    false_alarm_days: float = 30.0
+    false_alarm_days_by_family: dict[str, float] = field(default_factory=dict)
+    arl0_traces: float | None = None  # per-stream budget in traces (backtests, benchmarks)
+    alarm_hold_windows: int = 30
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: Any) -> DriftConfig:
+        values: dict[str, Any] = {
+            "window_seconds": float(settings.window_seconds),
+            "reference_traces": settings.reference_traces,
+            "min_reference_traces": settings.min_reference_traces,
+            "false_alarm_days": settings.false_alarm_days,
+            "false_alarm_days_by_family": dict(settings.false_alarm_days_by_family),
+            "alarm_hold_windows": settings.alarm_hold_windows,
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How one stream reads its reference and its windows."""
+
+    signal: str
+    direction: str
+    family: str  # the alert family sharing one false-alarm budget
+    build: Callable[[Cell], tuple[det.Family, float] | None]  # -> (null model, n_ref)
+    window: Callable[[Cell, det.Family], tuple[float, list[float]]]  # -> (n, t)
+    value: Callable[[Cell], float | None]  # the quantity shown beside the statistic
+
+
+def stream_specs(layout: Layout) -> list[Spec]:
+    """Every stream a cell gets, from the layout (signals and reasons are configured)."""
+    c = layout.counts
+    specs: list[Spec] = []
+    for name, hist in layout.histograms.items():
+        if name in EXCLUDED_SIGNALS:
+            continue
+        for direction, sign in (("up", 1), ("down", -1)):
+            specs.append(Spec(name, direction, name, _location(hist, sign),
+                              _location_window(hist), _mean(hist)))
+            specs.append(Spec(f"{name}_spread", direction, name, _spread(hist, sign),
+                              _spread_window(hist), _sd(hist)))
+    traces = c["traces"]
+    ccu = layout.reason_column("critical_claim_unsupported")
+    answered = (c["decision_answer"], c["decision_partial"])
+    specs.append(_rate_spec("critical_claim_unsupported_rate", "up", 1, (ccu,), (traces,)))
+    for direction, sign in (("down", -1), ("up", 1)):
+        specs.append(_rate_spec("answer_coverage", direction, sign, answered, (traces,)))
+    specs.append(_rate_spec("self_check_reject_rate", "up", 1, (c["self_check_reject"],),
+                            (c["self_check_pass"], c["self_check_reject"])))
+    specs.append(_rate_spec("verbatim_failure_rate", "up", 1, (c["citation_verbatim_false"],),
+                            (c["citation_true"],)))
+    reason_cols = [layout.reason_column(code) for code in layout.reasons]
+    specs.append(Spec("reason_mix", "change", "reason_mix", _mix(reason_cols), _mix_window,
+                      lambda _cell: None))
+    return specs
+
+
+class Drift:
+    """References, detectors and verdicts of every release; fed closed windows."""
+
+    def __init__(self, layout: Layout, config: DriftConfig) -> None:
+        self.layout = layout
+        self.config = config
+        self.specs = stream_specs(layout)
+        self.references: dict[str, Reference] = {}
+        self.pending: dict[str, Accumulator] = {}
+        self.detectors: dict[StreamKey, det.Detector] = {}
+        self.window_n: dict[StreamKey, float] = {}
+        self.verdicts: dict[StreamKey, Verdict] = {}
+        self.last_alarm: dict[StreamKey, int] = {}
+        self.stale: dict[str, list[str]] = {}   # release -> component changes
+        self.alarms_total = 0
+        self.windows_seen: dict[str, int] = {}
+
+    # --- references ------------------------------------------------------------------
+
+    def recalibration_required(self, release: str) -> bool:
+        return release not in self.references or bool(self.stale.get(release))
+
+    def install(self, reference: Reference) -> None:
+        """Use `reference` for its release (frozen here, by a command, or from a file)."""
+        release = reference.release
+        self.references[release] = reference
+        self.pending.pop(release, None)
+        self.stale.pop(release, None)
+        for key in [k for k in self.detectors if k.release == release]:
+            del self.detectors[key]
+            self.verdicts.pop(key, None)
+            self.last_alarm.pop(key, None)
+        for spec in self.specs:
+            for dimension, value in {(k[1], k[2]) for k in reference.table.keys}:
+                cell = reference.cell(dimension, value)
+                built = None if cell is None else spec.build(cell)
+                if built is None or built[1] < self.config.min_reference_traces:
+                    continue
+                family, n_ref = built
+                key = StreamKey(release, dimension, value, spec.signal, spec.direction)
+                self.detectors[key] = det.Detector(family, np.inf)
+                self.window_n[key] = n_ref / reference.windows
+        self._set_thresholds()
+
+    def _set_thresholds(self) -> None:
+        per_family: dict[str, int] = {}
+        family_of = {(s.signal, s.direction): s.family for s in self.specs}
+        for key in self.detectors:
+            fam = family_of[(key.signal, key.direction)]
+            per_family[fam] = per_family.get(fam, 0) + 1
+        for key, detector in self.detectors.items():
+            n = max(self.window_n[key], 1e-9)
+            if self.config.arl0_traces is not None:
+                budget = self.config.arl0_traces / n
+            else:
+                fam = family_of[(key.signal, key.direction)]
+                days = self.config.false_alarm_days_by_family.get(
+                    fam, self.config.false_alarm_days)
+                budget = arl0_windows(days, per_family[fam], self.config.window_seconds)
+            detector.threshold = threshold(detector.family, n, max(budget, 2.0))
+
+    # --- the fold --------------------------------------------------------------------
+
+    def observe(self, window_start: int, table: Table,
+                components: dict[str, set[Components]], now: float) -> list[Alarm]:
+        """Fold one closed window (all partitions merged); return the alarms it raised."""
+        alarms: list[Alarm] = []
+        cells = table.cells()
+        releases = sorted({k[0] for k in cells})
+        for release in releases:
+            self.windows_seen[release] = self.windows_seen.get(release, 0) + 1
+            seen = components.get(release, set())
+            reference = self.references.get(release)
+            if reference is None:
+                self._accumulate(release, window_start, table, seen, now)
+                continue
+            changes = reference.changed_components(seen)
+            if changes:
+                self.stale[release] = changes
+                self._mark(release, window_start, "recalibration_required")
+                continue
+            alarms.extend(self._detect(release, window_start, cells, reference))
+        return alarms
+
+    def _accumulate(self, release: str, window_start: int, table: Table,
+                    seen: set[Components], now: float) -> None:
+        acc = self.pending.get(release)
+        if acc is None:
+            acc = self.pending[release] = Accumulator(release, self.layout)
+        acc.add(window_start, table, seen)
+        if acc.traces >= self.config.reference_traces:
+            self.install(acc.freeze(now))
+
+    def _mark(self, release: str, window_start: int, status: str) -> None:
+        for key, verdict in list(self.verdicts.items()):
+            if key.release == release:
+                self.verdicts[key] = Verdict(verdict.statistic, verdict.threshold, False,
+                                             status, window_start)
+
+    def _detect(self, release: str, window_start: int, cells: dict[CellKey, Cell],
+                reference: Reference) -> list[Alarm]:
+        alarms: list[Alarm] = []
+        specs = {(s.signal, s.direction): s for s in self.specs}
+        gate = self.layout.counts["gate_leaks"]
+        for (rel, dimension, value), cell in cells.items():
+            if rel != release:
+                continue
+            leaks = int(cell.counts[gate])
+            leak_key = StreamKey(release, dimension, value, "gate_leak", "up")
+            if leaks:  # an incident, not a statistic: no reference, no budget
+                if not self._is_latched(leak_key, window_start):
+                    alarms.append(Alarm(leak_key, window_start, float(leaks), 0.0, 1, 0.0,
+                                        float(leaks)))
+                self.last_alarm[leak_key] = window_start
+            self.verdicts[leak_key] = self._verdict(leak_key, float(leaks), 0.0, window_start,
+                                                    "alarm" if leaks else "ok", 1)
+            for spec in self.specs:
+                key = StreamKey(release, dimension, value, spec.signal, spec.direction)
+                detector = self.detectors.get(key)
+                if detector is None:
+                    continue
+                n, t = spec.window(cell, detector.family)
+                if n <= 0:
+                    continue
+                update = detector.update(n, t)
+                latched = self._is_latched(key, window_start)
+                if update.alarm:
+                    self.last_alarm[key] = window_start
+                self.verdicts[key] = self._verdict(key, update.statistic, update.threshold,
+                                                   window_start, update.status, update.since)
+                if update.alarm and not latched:  # a persisting change stays one alarm
+                    ref_cell = reference.cell(dimension, value)
+                    alarms.append(Alarm(
+                        key, window_start, update.statistic, update.threshold, update.since,
+                        None if ref_cell is None else specs[(spec.signal,
+                                                             spec.direction)].value(ref_cell),
+                        spec.value(cell)))
+        self.alarms_total += len(alarms)
+        return alarms
+
+    def _is_latched(self, key: StreamKey, window_start: int) -> bool:
+        last = self.last_alarm.get(key)
+        hold = self.config.alarm_hold_windows * self.config.window_seconds
+        return last is not None and window_start - last < hold
+
+    def _verdict(self, key: StreamKey, statistic: float, limit: float, window_start: int,
+                 status: str, since: int) -> Verdict:
+        return Verdict(statistic, limit, self._is_latched(key, window_start), status,
+                       window_start, since)
+
+    def streams(self) -> Iterable[tuple[StreamKey, Verdict]]:
+        return self.verdicts.items()
+
+
+# --- how each kind of stream reads a cell ---------------------------------------------------
+
+def _moments(hist: Histogram, cell: Cell) -> tuple[float, float, float]:
+    n = float(cell.counts[hist.count_col])
+    total, squares = cell.sums[hist.sum_col], cell.sums[hist.sum_col + 1]
+    return n, total, squares
+
+
+def _location(hist: Histogram, sign: int) -> Callable[[Cell], tuple[det.Family, float] | None]:
+    def build(cell: Cell) -> tuple[det.Family, float] | None:
+        n, total, squares = _moments(hist, cell)
+        if n < 2:
+            return None
+        mean = total / n
+        return det.location(n, mean, squares / n - mean * mean, sign), n
+    return build
+
+
+def _spread(hist: Histogram, sign: int) -> Callable[[Cell], tuple[det.Family, float] | None]:
+    def build(cell: Cell) -> tuple[det.Family, float] | None:
+        n, total, squares = _moments(hist, cell)
+        if n < 2:
+            return None
+        mean = total / n
+        var = squares / n - mean * mean
+        # The fourth moment from the histogram (bin mids; under/overflow at the edges):
+        # it sets how much (x - mean)^2 varies without any change of spread.
+        edges = hist.edges
+        mids = np.concatenate([[edges[0]], (edges[1:] + edges[:-1]) / 2, [edges[-1]]])
+        bins = cell.counts[hist.offset: hist.offset + hist.width].astype(np.float64)
+        m4 = float((bins * (mids - mean) ** 4).sum() / max(bins.sum(), 1.0))
+        return det.spread(n, mean, var, max(m4, var * var * 1.01), sign), n
+    return build
+
+
+def _location_window(hist: Histogram) -> Callable[[Cell, det.Family], tuple[float, list[float]]]:
+    def window(cell: Cell, _family: det.Family) -> tuple[float, list[float]]:
+        n, total, _ = _moments(hist, cell)
+        return n, [total]
+    return window
+
+
+def _spread_window(hist: Histogram) -> Callable[[Cell, det.Family], tuple[float, list[float]]]:
+    def window(cell: Cell, family: det.Family) -> tuple[float, list[float]]:
+        assert isinstance(family, det.GammaScale)
+        n, total, squares = _moments(hist, cell)
+        return n, [det.spread_sum(n, total, squares, family.center)]
+    return window
+
+
+def _mean(hist: Histogram) -> Callable[[Cell], float | None]:
+    def value(cell: Cell) -> float | None:
+        n, total, _ = _moments(hist, cell)
+        return total / n if n else None
+    return value
+
+
+def _sd(hist: Histogram) -> Callable[[Cell], float | None]:
+    def value(cell: Cell) -> float | None:
+        n, total, squares = _moments(hist, cell)
+        return float(np.sqrt(max(squares / n - (total / n) ** 2, 0.0))) if n else None
+    return value
+
+
+def _rate_spec(signal: str, direction: str, sign: int, events: tuple[int, ...],
+               totals: tuple[int, ...]) -> Spec:
+    def counts(cell: Cell) -> tuple[float, float]:
+        return (float(sum(cell.counts[i] for i in totals)),
+                float(sum(cell.counts[i] for i in events)))
+
+    def build(cell: Cell) -> tuple[det.Family, float] | None:
+        n, k = counts(cell)
+        return (det.rate(n, k, sign), n) if n > 0 else None
+
+    def window(cell: Cell, _family: det.Family) -> tuple[float, list[float]]:
+        n, k = counts(cell)
+        return n, [k]
+
+    def value(cell: Cell) -> float | None:
+        n, k = counts(cell)
+        return k / n if n else None
+
+    return Spec(signal, direction, signal, build, window, value)
+
+
+_MIX_MIN_SHARE: Final = 0.02
+
+
+def _mix(cols: list[int]) -> Callable[[Cell], tuple[det.Family, float] | None]:
+    def build(cell: Cell) -> tuple[det.Family, float] | None:
+        k = cell.counts[cols].astype(np.float64)
+        n = float(k.sum())
+        if n <= 0:
+            return None
+        # Reasons under 2% of the reference share one category: a handful of rare codes
+        # would otherwise dominate the statistic (and its null distribution).
+        common = [i for i in range(len(cols)) if k[i] >= _MIX_MIN_SHARE * n]
+        rare = [i for i in range(len(cols)) if k[i] < _MIX_MIN_SHARE * n]
+        groups = [(cols[i],) for i in common] + ([tuple(cols[i] for i in rare)] if rare else [])
+        counts = np.array([cell.counts[list(g)].sum() for g in groups], np.float64)
+        if len(groups) < 2:
+            return None
+        p = (counts + 0.5) / (n + 0.5 * len(counts))  # smoothed: rare is not impossible
+        return det.Multinomial(tuple(float(x) for x in p), n, groups=tuple(groups)), n
+    return build
+
+
+def _mix_window(cell: Cell, family: det.Family) -> tuple[float, list[float]]:
+    assert isinstance(family, det.Multinomial)
+    counts = [float(cell.counts[list(g)].sum()) for g in family.groups]
+    return sum(counts), counts
