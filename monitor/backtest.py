@@ -38,7 +38,8 @@ class Backtest:
     def _close(self, final: bool) -> Iterator[dict[str, Any]]:
         for start, table in self.pipeline.close_ready(final=final):
             stale_before = {r for r in self.drift.stale if self.drift.stale[r]}
-            alarms = self.drift.observe(start, table, self.pipeline.components,
+            alarms = self.drift.observe(start, table,
+                                        self.pipeline.closed_components.get(start, {}),
                                         now=float(start + self.window_seconds))
             for release, changes in sorted(self.drift.stale.items()):
                 if changes and release not in stale_before:

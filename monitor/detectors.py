@@ -292,7 +292,8 @@ class Detector:
         order = (self.head - 1 - np.arange(self.filled)) % size  # newest first
         cn = np.cumsum(self._n[order])
         ct = np.cumsum(self._t[order], axis=0)
-        lags = LAGS[self.filled >= LAGS] - 1
+        # The grid's lags that fit, and everything held (as `glr_scan` cuts at the start).
+        lags = np.append(LAGS[self.filled > LAGS], self.filled) - 1
         g = self.family.glr(cn[lags], ct[lags])
         best = int(np.argmax(g))
         statistic = float(g[best])

@@ -25,7 +25,7 @@ from monitor.windows import Windows
 
 __all__ = ["INPUT_COUNTERS", "Pipeline"]
 
-_COMPONENTS_MAX: Final = 64  # distinct version tuples remembered per release
+_COMPONENTS_MAX: Final = 64  # distinct version tuples remembered per release and window
 INPUT_COUNTERS: Final = (
     "read", "valid", "rejected", "duplicates", "late", "folded", "content_fields_dropped",
 )
@@ -56,8 +56,10 @@ class Pipeline:
             for kind in ("labels", "feedback")
         }
         self.rejected_by_reason: Counter[str] = Counter()
-        # Version components seen per (capped) release: a change makes references stale.
-        self.components: dict[str, set[tuple[str | None, ...]]] = {}
+        # Per open window, the version components seen per (capped) release: a change
+        # makes the release's reference stale.
+        self.components: dict[int, dict[str, set[tuple[str | None, ...]]]] = {}
+        self.closed_components: dict[int, dict[str, set[tuple[str | None, ...]]]] = {}
         # Per open window, the last trace (input position, trace_id, ts) of each slicing:
         # what an alarm on that window points to.
         self.last_traces: dict[int, dict[Slicing, tuple[int, str, float]]] = {}
@@ -100,10 +102,12 @@ class Pipeline:
                 group = groups[ref.window_start] = (Encoder(self.layout, self.admit_missing), [])
             group[0].append(trace)
             group[1].append(ref.slicing)
-            release = ref.slicing[0]
-            seen_components = components.get(release)
+            in_window = components.get(ref.window_start)
+            if in_window is None:
+                in_window = components[ref.window_start] = {}
+            seen_components = in_window.get(ref.slicing[0])
             if seen_components is None:
-                seen_components = components[release] = set()
+                seen_components = in_window[ref.slicing[0]] = set()
             if len(seen_components) < _COMPONENTS_MAX:
                 seen_components.add(trace.system.components())
             last = last_traces.get(ref.window_start)
@@ -161,6 +165,7 @@ class Pipeline:
             self.totals = self.totals.merge(table)
         if closed:  # kept until the next close, for alarms on these windows
             self.closed_last_traces = {s: self.last_traces.pop(s, {}) for s, _ in closed}
+            self.closed_components = {s: self.components.pop(s, {}) for s, _ in closed}
         return closed
 
     def last_trace(self, window_start: int, release: str, dimension: str,

@@ -7,11 +7,14 @@ constraints, contradiction, critical claim unsupported, partial answers). Scenar
 change the world at `change_at` (a trace index):
 
 - `steady`: nothing changes;
-- `embedding_shift`: a new embedding model lowers top_score (mean -0.10) in every slice;
+- `embedding_shift`: the embedding service is upgraded under the same declared version
+  (a silent change): top_score drops (mean -0.10) in every slice;
 - `index_change`: an index rebuild drops facts: critical claims go unsupported 3x as often;
 - `prompt_change`: the model answers less in one language (`de`): coverage drops;
 - `gate_leak`: a few answers carry a rendered unsupported critical claim;
-- `bad_input`: a burst of malformed messages (5% of the stream after the change).
+- `bad_input`: a burst of malformed messages (5% of the stream after the change);
+- `component_change`: a declared index rebuild (`index_version` changes) with nothing
+  else changing: the reference is stale, recalibration is required.
 
 Output is wire-format JSON bytes (`rag-decision/1`), optionally labels and feedback.
 """
@@ -29,6 +32,7 @@ __all__ = ["SCENARIOS", "Simulator"]
 
 SCENARIOS: Final = (
     "steady", "embedding_shift", "index_change", "prompt_change", "gate_leak", "bad_input",
+    "component_change",
 )
 LANGUAGES: Final = (("en", 0.55), ("ru", 0.3), ("de", 0.15))
 FACT_TYPES: Final = {
@@ -97,8 +101,8 @@ class Simulator:
         release = self.releases[i % len(self.releases)]
         system = dict(_SYSTEM, release=release)
         shift = changed and self.scenario == "embedding_shift"
-        if shift:
-            system["embedding_model"] = "e5-large-v3"
+        if changed and self.scenario == "component_change":
+            system["index_version"] = "kb-2026-11-28"
         top = float(rng.beta(6, 4)) - (0.10 if shift else 0.0)
         top = min(max(top, 0.0), 1.0)
         coverage = float(rng.beta(9, 2))

@@ -1,0 +1,169 @@
+"""Drift detection: every detector's contract, calibration, references, scenario backtests."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from monitor import detectors as det
+from monitor.backtest import Backtest
+from monitor.cli import main
+from monitor.drift import Drift, DriftConfig, stream_specs
+from monitor.layout import from_settings
+from monitor.reference import Accumulator, from_bytes
+from monitor.settings import load
+from monitor.simulate import Simulator
+from monitor.thresholds import arl0_windows, run_lengths, threshold
+
+# (family, window n, null statistic per window, a strong change in the family's direction)
+FAMILIES = {
+    "location up": (det.location(2000, 0.6, 0.02, 1), 20, [12.0], [14.0]),
+    "location down": (det.location(2000, 0.6, 0.02, -1), 20, [12.0], [10.0]),
+    "spread up": (det.spread(2000, 0.6, 0.02, 0.0012, 1), 20, [0.4], [1.2]),
+    "spread down": (det.spread(2000, 0.6, 0.02, 0.0012, -1), 20, [0.4], [0.05]),
+    "rate up": (det.rate(2000, 40, 1), 100, [2.0], [15.0]),
+    "rate down": (det.rate(2000, 1600, -1), 100, [80.0], [50.0]),
+    "mix": (det.Multinomial((0.5, 0.3, 0.2), 2000), 100, [50.0, 30.0, 20.0], [10.0, 20.0, 70.0]),
+}
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_every_detector_keeps_the_contract(name):
+    family, n, null, change = FAMILIES[name]
+    # No evidence at the reference itself; never negative.
+    g0 = family.glr(np.array([float(n)]), np.array([null]))
+    assert g0[0] == pytest.approx(0.0, abs=1e-9)
+    limit = threshold(family, n, 500)
+    assert np.isfinite(limit) and limit > 0
+    detector = det.Detector(family, limit)
+    quiet = [detector.update(n, null) for _ in range(50)]
+    assert not any(u.alarm for u in quiet) and all(u.statistic >= 0 for u in quiet)
+    for _ in range(5):
+        fired = detector.update(n, change)
+        if fired.alarm:
+            break
+    assert fired.alarm, f"{name} missed a strong change"
+    assert fired.statistic > fired.threshold and fired.since >= 1
+    assert detector.filled == 0  # one change, one alarm: the history restarts
+
+
+@pytest.mark.parametrize("name", [n for n in FAMILIES if n.endswith(("up", "down"))])
+def test_one_sided_detectors_ignore_the_other_direction(name):
+    family, n, null, change = FAMILIES[name]
+    opposite = [2 * a - b for a, b in zip(null, change, strict=True)]
+    detector = det.Detector(family, threshold(family, n, 500))
+    assert not any(detector.update(n, [max(v, 0.0) for v in opposite]).alarm for _ in range(10))
+
+
+def test_streaming_detector_equals_the_vectorised_scan():
+    rng = np.random.default_rng(3)
+    family = det.rate(1000, 20, 1)
+    n = rng.integers(10, 60, 300).astype(float)
+    k = rng.binomial(n.astype(int), 0.025).astype(float)
+    scan = det.glr_scan(family, n[None, :], k[None, :, None])[0]
+    detector = det.Detector(family, np.inf)
+    streamed = [detector.update(a, [b]).statistic for a, b in zip(n, k, strict=True)]
+    assert np.allclose(scan, streamed)
+
+
+def test_thresholds_grow_with_the_budget_and_hold_it():
+    family = det.location(2000, 0.0, 1.0, 1)
+    short, long_ = threshold(family, 20, 200), threshold(family, 20, 20_000)
+    assert short < long_
+    # Measured with other random numbers than the calibration's: within 30% of budget.
+    hs, arls, _ = run_lengths(det.GaussMean(0.0, 1.0, 1, 100.0), 1.0, 1500, seed=11)
+    measured = float(np.exp(np.interp(threshold(family, 20, 300), hs, np.log(arls))))
+    assert 0.7 * 300 < measured < 1.3 * 300
+    # One false alarm per 30 days over 100 streams with 60 s windows:
+    assert arl0_windows(30, 100, 60) == pytest.approx(100 * 30 * 1440)
+
+
+def _traces(scenario: str, n: int = 24_000, change_at: int = 12_000) -> list[bytes]:
+    return list(Simulator(seed=7, scenario=scenario, change_at=change_at).traces(n))
+
+
+def _backtest(lines: list[bytes]) -> list[dict]:
+    settings = load()
+    run = Backtest(settings, DriftConfig.from_settings(settings))
+    records = []
+    for i in range(0, len(lines), 1000):
+        records.extend(run.feed(lines[i:i + 1000]))
+    records.extend(run.finish())
+    return records
+
+
+# scenario -> (signal, direction) that must alarm on the release total
+EXPECTED = {
+    "embedding_shift": ("top_score", "down"),
+    "index_change": ("critical_claim_unsupported_rate", "up"),
+    "prompt_change": ("answer_coverage", "down"),
+    "gate_leak": ("gate_leak", "up"),
+}
+
+
+@pytest.mark.parametrize("scenario", EXPECTED)
+def test_scenarios_alarm_after_the_change(scenario):
+    records = _backtest(_traces(scenario))
+    signal, direction = EXPECTED[scenario]
+    hits = [r for r in records if r["signal"] == signal and r["direction"] == direction]
+    assert any(r["dimension"] is None for r in hits), f"no release-level {signal} alarm"
+    for r in records:  # nothing before the change (one window of slack for the index)
+        assert r["trace_index"] >= 12_000 - 3_000, r
+        if r["statistic"] is not None:
+            assert r["statistic"] > r["threshold"]
+    if scenario == "prompt_change":  # only German answers less
+        languages = {r["value"] for r in hits if r["dimension"] == "language"}
+        assert languages == {"de"}
+
+
+def test_stationary_twin_raises_nothing():
+    assert _backtest(_traces("steady")) == []
+
+
+def test_component_change_requires_recalibration_and_silences_drift():
+    records = _backtest(_traces("component_change"))
+    assert {r["alarm"] for r in records} == {"recalibration_required"}
+    assert all("index_version" in r["changes"][0] for r in records)
+
+
+def test_reference_round_trip_and_auto_freeze():
+    settings = load()
+    layout = from_settings(settings)
+    run = Backtest(settings, DriftConfig.from_settings(settings))
+    list(run.feed(_traces("steady", 12_000)))
+    list(run.finish())  # 12k traces at 50/s: no window is past the lateness before the end
+    drift: Drift = run.drift
+    assert set(drift.references) == {"2026.11.3", "2026.12.1"}
+    ref = drift.references["2026.11.3"]
+    assert ref.traces >= settings.reference_traces
+    again = from_bytes(layout, ref.to_bytes())
+    assert again.describe() == ref.describe()
+    n = len(ref.table)
+    assert np.array_equal(again.table.counts[:n], ref.table.counts[:n])
+    assert not drift.recalibration_required("2026.11.3")
+    assert drift.recalibration_required("never-seen")
+    empty = Accumulator("r", layout)
+    assert empty.traces == 0
+    assert {s.signal for s in stream_specs(layout)} >= {
+        "top_score", "top_score_spread", "critical_claim_unsupported_rate", "answer_coverage",
+        "reason_mix", "self_check_reject_rate", "verbatim_failure_rate"}
+
+
+def test_backtest_command_writes_one_json_line_per_alarm(tmp_path, capsys):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"\n".join(_traces("index_change")) + b"\n")
+    out = tmp_path / "alarms.jsonl"
+    assert main(["backtest", str(path), "--arl0", "20000", "--out", str(out),
+                 "--no-progress"]) == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert lines
+    keys = {"alarm", "release", "dimension", "value", "signal", "direction", "trace_index",
+            "trace_id", "ts", "statistic", "threshold"}
+    assert all(keys <= set(r) for r in lines)
+    first = lines[0]
+    source = json.loads(path.read_text().splitlines()[first["trace_index"]])
+    assert source["trace_id"] == first["trace_id"]
+    assert "alarms over 24000 traces" in capsys.readouterr().out
+    assert main(["backtest", str(tmp_path / "missing.jsonl")]) == 2
