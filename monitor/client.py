@@ -45,7 +45,8 @@ def connection(settings: Settings) -> dict[str, Any]:
 
 
 def ensure_topics(settings: Settings) -> None:
-    """Create ragmon's topics (decisions, labels, feedback, dead letters, state) if missing."""
+    """Create ragmon's topics (decisions, labels, feedback, dead letters, state, references)
+    if missing."""
     admin = KafkaAdminClient(**connection(settings))
     try:
         existing = set(admin.list_topics())
@@ -55,6 +56,8 @@ def ensure_topics(settings: Settings) -> None:
         new = [NewTopic(name, settings.partitions, 1,
                         topic_configs=compact if name == settings.topic_state else {})
                for name in wanted if name not in existing]
+        if settings.topic_references not in existing:  # one partition: every worker reads all
+            new.append(NewTopic(settings.topic_references, 1, 1, topic_configs=compact))
         if new:
             with suppress(TopicAlreadyExistsError):  # another worker created it first
                 admin.create_topics(new)

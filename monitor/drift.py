@@ -156,7 +156,8 @@ class Drift:
         self.verdicts: dict[StreamKey, Verdict] = {}
         self.last_alarm: dict[StreamKey, int] = {}
         self.stale: dict[str, list[str]] = {}   # release -> component changes
-        self.alarms_total = 0
+        self.alarm_counts: dict[StreamKey, int] = {}
+        self.exemplars: dict[StreamKey, str] = {}  # trace_id of the latest alarm's window
         self.windows_seen: dict[str, int] = {}
 
     # --- references ------------------------------------------------------------------
@@ -279,7 +280,8 @@ class Drift:
                         None if ref_cell is None else specs[(spec.signal,
                                                              spec.direction)].value(ref_cell),
                         spec.value(cell)))
-        self.alarms_total += len(alarms)
+        for alarm in alarms:
+            self.alarm_counts[alarm.key] = self.alarm_counts.get(alarm.key, 0) + 1
         return alarms
 
     def _is_latched(self, key: StreamKey, window_start: int) -> bool:

@@ -168,16 +168,6 @@ class Pipeline:
             self.closed_components = {s: self.components.pop(s, {}) for s, _ in closed}
         return closed
 
-    def last_trace(self, window_start: int, release: str, dimension: str,
-                   value: str) -> tuple[int, str, float] | None:
-        """The last trace folded into a cell of an open or just-closed window."""
-        best: tuple[int, str, float] | None = None
-        lasts = self.last_traces.get(window_start) or self.closed_last_traces.get(window_start, {})
-        for (rel, pairs), last in lasts.items():
-            if rel == release and (not dimension or (dimension, value) in pairs):
-                best = last if best is None or last[0] > best[0] else best
-        return best
-
     def _apply(self, deltas: list[Delta]) -> None:
         for delta in deltas:
             table = self.windows.open.get(delta.window_start, self.totals)

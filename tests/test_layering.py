@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "monitor"
 ORDER = [
     "contract", "settings", "ingest", "slices", "layout", "encode", "aggregate", "windows",
     "dedupe", "labels", "derive", "detectors", "thresholds", "reference", "drift", "pipeline",
-    "backtest", "summary", "checkpoint", "export", "simulate",
+    "watch", "backtest", "summary", "checkpoint", "export", "simulate",
     "render",
     "broker", "client", "app", "demo", "cli",
 ]

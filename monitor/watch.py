@@ -1,0 +1,98 @@
+"""Closed windows of many partition pipelines -> one merged window -> drift detection.
+
+A worker folds each partition into its own pipeline, and each pipeline closes a window
+when its own watermark passes it. Detection must see the whole window: `Watch` merges
+what every pipeline closed for a window start and runs `Drift.observe` once no
+pipeline that has seen data can still add to it (a partition without traffic never
+holds a window back). The offline backtest uses the same class with one pipeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from monitor.aggregate import Table
+from monitor.drift import Alarm, Drift
+from monitor.pipeline import Pipeline
+from monitor.reference import Components
+from monitor.slices import Slicing
+
+__all__ = ["Raised", "Watch"]
+
+Exemplar = tuple[int, str, float]  # (input position, trace_id, ts) of a trace in the cell
+
+
+@dataclass(frozen=True)
+class Raised:
+    """An alarm (or, with `alarm` None, a release that now requires recalibration)."""
+
+    window_start: int
+    release: str
+    alarm: Alarm | None
+    exemplar: Exemplar | None
+    changes: tuple[str, ...] = ()
+
+
+@dataclass
+class _Closing:
+    table: Table
+    components: dict[str, set[Components]] = field(default_factory=dict)
+    last: dict[Slicing, Exemplar] = field(default_factory=dict)
+
+
+class Watch:
+    """Merges closed windows across pipelines and runs the detectors on complete ones."""
+
+    def __init__(self, drift: Drift, window_seconds: int, lateness_seconds: int) -> None:
+        self.drift = drift
+        self.window_seconds = window_seconds
+        self.lateness_seconds = lateness_seconds
+        self.closing: dict[int, _Closing] = {}
+
+    def collect(self, pipeline: Pipeline, closed: list[tuple[int, Table]]) -> None:
+        """Take the windows `pipeline.close_ready()` just returned."""
+        for start, table in closed:
+            entry = self.closing.get(start)
+            if entry is None:
+                entry = self.closing[start] = _Closing(Table.empty(table.layout))
+            entry.table = entry.table.merge(table)
+            for release, seen in pipeline.closed_components.get(start, {}).items():
+                entry.components.setdefault(release, set()).update(seen)
+            for slicing, last in pipeline.closed_last_traces.get(start, {}).items():
+                if slicing not in entry.last or entry.last[slicing][0] < last[0]:
+                    entry.last[slicing] = last
+
+    def run(self, pipelines: Sequence[Pipeline], final: bool = False) -> list[Raised]:
+        """Detect on every window no pipeline can still add to (all of them if `final`)."""
+        marks = [p.windows.watermark for p in pipelines if p.windows.watermark > float("-inf")]
+        horizon = min(marks) - self.lateness_seconds if marks else float("-inf")
+        raised: list[Raised] = []
+        for start in sorted(self.closing):
+            if not final and start + self.window_seconds > horizon:
+                break
+            entry = self.closing.pop(start)
+            stale_before = {r for r, changes in self.drift.stale.items() if changes}
+            alarms = self.drift.observe(start, entry.table, entry.components,
+                                        now=float(start + self.window_seconds))
+            for release, changes in sorted(self.drift.stale.items()):
+                if changes and release not in stale_before:
+                    raised.append(Raised(start, release, None, _find(entry, release, "", ""),
+                                         tuple(changes)))
+            for alarm in alarms:
+                key = alarm.key
+                exemplar = _find(entry, key.release, key.dimension, key.value)
+                if exemplar is not None:
+                    self.drift.exemplars[key] = exemplar[1]
+                raised.append(Raised(start, key.release, alarm, exemplar))
+        return raised
+
+
+def _find(entry: _Closing, release: str, dimension: str, value: str) -> Exemplar | None:
+    """The last trace of the window that fell into the cell (release, dimension, value)."""
+    best: Exemplar | None = None
+    for (rel, pairs), last in entry.last.items():
+        in_cell = rel == release and (not dimension or (dimension, value) in pairs)
+        if in_cell and (best is None or last[0] > best[0]):
+            best = last
+    return best
