@@ -115,9 +115,10 @@ def ragmon(kind: str, sign: int) -> Callable[[np.ndarray], Step]:
                 family = det.spread(n, mean, var, float(((ref - mean) ** 4).mean()), sign)
         d = det.Detector(family, ragmon_threshold(family, W, ARL0 / W))
         if kind == "spread":
-            center = float(ref.mean())
-            return lambda x: d.update(
-                len(x), [det.spread_sum(len(x), x.sum(), (x * x).sum(), center)]).alarm
+            def spread_step(x: np.ndarray) -> bool:
+                dof, squares = det.spread_sum(len(x), x.sum(), (x * x).sum())
+                return d.update(dof, [squares]).alarm
+            return spread_step
         return lambda x: d.update(len(x), [x.sum()]).alarm
     return make
 

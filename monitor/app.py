@@ -19,6 +19,7 @@ are keyed by trace_id, so partition p of each topic belongs to the same state.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -30,12 +31,17 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.helpers import create_ssl_context
 
 from monitor import checkpoint
+from monitor.backtest import to_record
 from monitor.client import connection
+from monitor.drift import Drift, DriftConfig, DriftView
 from monitor.export import Collector, serve, snapshot_of
 from monitor.ingest import Rejection
+from monitor.layout import from_settings
 from monitor.pipeline import Pipeline
+from monitor.reference import from_bytes
 from monitor.settings import Settings
 from monitor.slices import Cap, Slicer
+from monitor.watch import Watch
 
 __all__ = ["PartitionState", "Worker", "build", "run"]
 
@@ -69,9 +75,20 @@ class Worker:
         self.dlq = app.topic(settings.topic_dlq, value_serializer="raw", key_serializer="raw")
         self.state_topic = app.topic(settings.topic_state, value_serializer="raw",
                                      key_serializer="raw")
+        self.references_topic = app.topic(settings.topic_references, value_serializer="raw",
+                                          key_serializer="raw")
+        # Detection runs on this worker's partitions merged (all of them when it is alone).
+        self.drift = Drift(from_settings(settings), DriftConfig.from_settings(settings),
+                           calibrate_inline=False)
+        self.calibrating: asyncio.Task[None] | None = None
+        self.watch = Watch(self.drift, settings.window_seconds, settings.allowed_lateness_seconds)
+        self.references_loaded = False
+        self.drift_view: DriftView = self.drift.view()
 
     async def fold(self, events: Sequence[Any], kind: str) -> None:
         started = time.perf_counter()
+        if not self.references_loaded:
+            await self._retrying(self._load_references, "loading references")
         by_partition: dict[int, list[Any]] = {}
         for event in events:
             by_partition.setdefault(event.message.partition, []).append(event)
@@ -91,8 +108,70 @@ class Worker:
             state.offsets[topic] = max(e.message.offset for e in fresh)
             await self._retrying(partial(self._checkpoint, partition, state),
                                  f"partition {partition}: checkpoint")
+        if kind == "decisions":
+            await self._detect()
         self.health["batch_seconds"] += time.perf_counter() - started
         self.health["batches"] += 1
+
+    async def _detect(self) -> None:
+        """Run the detectors on windows every owned partition has closed; publish new
+        references so that a restarted or second worker uses the same ones."""
+        frozen_before = dict(self.drift.references)
+        pipelines = [state.pipeline for state in self.states.values()]
+        try:
+            raised = self.watch.run(pipelines)
+            self.drift_view = self.drift.view()
+        except Exception:  # detection must never stop the fold
+            log.exception("drift detection failed")
+            self.health["errors"] += 1
+            return
+        self._calibrate_soon()
+        for item in raised:
+            log.warning("ragmon alarm %s", json.dumps(to_record(item)))
+        for release, reference in self.drift.references.items():
+            if frozen_before.get(release) is not reference:
+                log.info("reference for release %s frozen (%d traces)", release,
+                         reference.traces)
+                await self._retrying(partial(self._publish_reference, release,
+                                             reference.to_bytes()),
+                                     f"reference {release}: publish")
+
+    def _calibrate_soon(self) -> None:
+        """Thresholds of new references are simulated in a thread (seconds of CPU): the
+        fold and the consumer's heartbeats go on; those streams say insufficient data."""
+        if self.drift.calibrated or (self.calibrating and not self.calibrating.done()):
+            return
+
+        async def calibrate() -> None:
+            started = time.perf_counter()
+            try:
+                await asyncio.to_thread(self.drift.calibrate)
+            except Exception:
+                log.exception("threshold calibration failed")
+                self.health["errors"] += 1
+                return
+            self.drift_view = self.drift.view()
+            log.info("thresholds calibrated for %d streams in %.1f s",
+                     len(self.drift.detectors), time.perf_counter() - started)
+
+        self.calibrating = asyncio.get_running_loop().create_task(calibrate())
+
+    async def _publish_reference(self, release: str, blob: bytes) -> None:
+        sent = await self.references_topic.send(key=release.encode(), value=blob, partition=0)
+        await sent
+
+    async def _load_references(self) -> None:
+        """The newest reference of every release from the references topic."""
+        blobs = await self._read_topic(self.settings.topic_references, 0, None)
+        for blob in blobs.values():
+            try:
+                self.drift.install(from_bytes(self.drift.layout, blob))
+            except ValueError as exc:  # another layout (settings changed): skip, say so
+                log.warning("reference not loaded: %s", exc)
+        self.references_loaded = True
+        self.drift_view = self.drift.view()
+        self._calibrate_soon()
+        log.info("loaded %d references", len(blobs))
 
     async def _retrying(self, attempt: Callable[[], Awaitable[T]], what: str) -> T:
         """Retry broker I/O with backoff instead of letting it escape the agent: the batch
@@ -113,7 +192,7 @@ class Worker:
         try:
             if kind == "decisions":
                 dead = pipeline.feed(raws)
-                pipeline.close_ready()
+                self.watch.collect(pipeline, pipeline.close_ready())
                 return dead
             return pipeline.feed_events(raws, kind)
         except Exception as exc:  # the one broad except: a bad batch must not stop the stream
@@ -143,12 +222,17 @@ class Worker:
 
     async def _read_checkpoint(self, partition: int) -> bytes | None:
         """The newest checkpoint of a partition, read from the state topic."""
+        key = self._state_key(partition)
+        return (await self._read_topic(self.settings.topic_state, partition, key)).get(key)
+
+    async def _read_topic(self, topic: str, partition: int,
+                          only: bytes | None) -> dict[bytes, bytes]:
+        """The newest value per key (or of key `only`) in one partition of a topic."""
         consumer = AIOKafkaConsumer(**_aiokafka_options(self.settings), group_id=None,
                                     enable_auto_commit=False, auto_offset_reset="earliest")
         await consumer.start()
-        tp = TopicPartition(self.settings.topic_state, partition)
-        key = self._state_key(partition)
-        newest: bytes | None = None
+        tp = TopicPartition(topic, partition)
+        newest: dict[bytes, bytes] = {}
         try:
             consumer.assign([tp])
             await consumer.seek_to_beginning(tp)
@@ -159,16 +243,16 @@ class Worker:
                 records = (await consumer.getmany(tp, timeout_ms=300)).get(tp, [])
                 read += len(records)
                 for record in records:
-                    if record.key == key:
-                        newest = record.value
+                    if record.key is not None and (only is None or record.key == only):
+                        newest[record.key] = record.value
                 # Stop on an empty poll at or past the end: the embedded broker reports the
                 # end as the start of the last batch, so "position >= end" alone is early.
                 position = await consumer.position(tp)
                 if not records and position >= end:
-                    log.info("partition %d: read %d checkpoints up to %d", partition, read,
+                    log.info("%s/%d: read %d records up to %d", topic, partition, read,
                              position)
                     return newest
-            raise RuntimeError(f"state of partition {partition} not read within 120 s")
+            raise RuntimeError(f"{topic}/{partition} not read within 120 s")
         finally:
             await consumer.stop()
 
@@ -202,7 +286,7 @@ class Worker:
             pipelines = [Pipeline(self.settings, self.slicer, self.admit_missing)]
         watermark = max(p.windows.watermark for p in pipelines)
         self.health["watermark_lag"] = max(time.time() - watermark, 0.0) if watermark > 0 else 0
-        self.collector.current = snapshot_of(pipelines, self.health)
+        self.collector.current = snapshot_of(pipelines, self.health, self.drift_view)
 
 
 def _aiokafka_options(settings: Settings) -> dict[str, Any]:

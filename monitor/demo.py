@@ -25,7 +25,10 @@ from monitor.export import parse_exposition
 from monitor.settings import Settings, load
 from monitor.simulate import Simulator
 
-__all__ = ["run"]
+__all__ = ["DEMO_LATENESS_SECONDS", "DEMO_WINDOW_SECONDS", "run"]
+
+DEMO_WINDOW_SECONDS = 10
+DEMO_LATENESS_SECONDS = 5
 
 
 def run(scenario: str, duration_seconds: float, rate: float, metrics_port: int | None,
@@ -33,8 +36,10 @@ def run(scenario: str, duration_seconds: float, rate: float, metrics_port: int |
     workdir = Path(tempfile.mkdtemp(prefix="ragmon-demo-"))
     port = metrics_port or free_port()
     with EmbeddedBroker(log=workdir / "broker.log") as broker:
+        # Short windows and lateness so that drift shows within seconds of the change.
         settings = load(config, bootstrap_servers=broker.bootstrap, metrics_port=port,
-                        app_id="ragmon-demo")
+                        app_id="ragmon-demo", window_seconds=DEMO_WINDOW_SECONDS,
+                        allowed_lateness_seconds=DEMO_LATENESS_SECONDS)
         ensure_topics(settings)
         worker = _start_worker(settings, workdir)
         try:
@@ -55,7 +60,9 @@ def run(scenario: str, duration_seconds: float, rate: float, metrics_port: int |
 
 def _start_worker(settings: Settings, workdir: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "RAGMON_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-           "RAGMON_METRICS_PORT": str(settings.metrics_port), "RAGMON_APP_ID": settings.app_id}
+           "RAGMON_METRICS_PORT": str(settings.metrics_port), "RAGMON_APP_ID": settings.app_id,
+           "RAGMON_WINDOW_SECONDS": str(settings.window_seconds),
+           "RAGMON_ALLOWED_LATENESS_SECONDS": str(settings.allowed_lateness_seconds)}
     log = open(workdir / "worker.log", "wb")  # noqa: SIM115 - the child owns it
     return subprocess.Popen([sys.executable, "-m", "monitor.cli", "worker"], env=env,
                             stdout=log, stderr=subprocess.STDOUT, cwd=workdir)

@@ -205,16 +205,19 @@ def location(n_ref: float, mean: float, var: float, sign: int) -> GaussMean:
 
 def spread(n_ref: float, mean: float, var: float, m4: float, sign: int) -> GammaScale:
     """Change of spread: y = (x - mean)^2 has mean var and variance m4 - var^2 (from the
-    reference, so a non-Gaussian shape is not mistaken for a change). The window
-    statistic is `spread_sum`."""
+    reference, so a non-Gaussian shape is not mistaken for a change). Windows enter
+    as `spread_sum`."""
     var = max(var, 1e-12)
     shape = var * var / max(m4 - var * var, 1e-3 * var * var)
     return GammaScale(var, shape, sign, n_ref, center=mean)
 
 
-def spread_sum(n: float, total: float, sum_squares: float, mean: float) -> float:
-    """sum (x - mean)^2 of a window from its count, sum and sum of squares."""
-    return sum_squares - 2.0 * mean * total + n * mean * mean
+def spread_sum(n: float, total: float, sum_squares: float) -> tuple[float, float]:
+    """A window's spread statistic for `spread`: (n - 1, sum of squares around the
+    window's own mean), so that a shift of location is not read as a change of spread."""
+    if n < 2:
+        return 0.0, 0.0
+    return n - 1.0, max(sum_squares - total * total / n, 0.0)
 
 
 def rate(n_ref: float, events_ref: float, sign: int) -> Bernoulli:

@@ -23,7 +23,7 @@ alarm, not one per window.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, NamedTuple
 
 import numpy as np
@@ -35,7 +35,10 @@ from monitor.reference import Accumulator, Components, Reference
 from monitor.settings import Settings
 from monitor.thresholds import arl0_windows, threshold
 
-__all__ = ["Alarm", "Drift", "DriftConfig", "StreamKey", "Verdict", "stream_specs"]
+__all__ = [
+    "Alarm", "Drift", "DriftConfig", "DriftView", "StreamKey", "Verdict", "distances",
+    "stream_specs",
+]
 
 EXCLUDED_SIGNALS: Final = ("latency_ms", "cost")
 
@@ -76,6 +79,17 @@ class Alarm:
     def group(self) -> str:
         """Alarms of one change: a slice and its release total share the group."""
         return f"{self.key.release}/{self.key.signal}/{self.key.direction}"
+
+
+class DriftView(NamedTuple):
+    """An immutable copy of what the exporter shows (built after each detection round)."""
+
+    verdicts: dict[StreamKey, Verdict]
+    alarm_counts: dict[StreamKey, int]
+    exemplars: dict[StreamKey, str]
+    references: dict[str, dict[str, Any]]       # release -> Reference.describe()
+    recalibration: dict[str, list[str]]         # release -> why ([] = no reference yet)
+    distances: dict[tuple[str, str, str, str], dict[str, float]]  # cell + signal -> measure
 
 
 @dataclass(frozen=True)
@@ -145,9 +159,11 @@ def stream_specs(layout: Layout) -> list[Spec]:
 class Drift:
     """References, detectors and verdicts of every release; fed closed windows."""
 
-    def __init__(self, layout: Layout, config: DriftConfig) -> None:
+    def __init__(self, layout: Layout, config: DriftConfig, calibrate_inline: bool = True) -> None:
         self.layout = layout
         self.config = config
+        self.calibrate_inline = calibrate_inline
+        self.calibrated = True
         self.specs = stream_specs(layout)
         self.references: dict[str, Reference] = {}
         self.pending: dict[str, Accumulator] = {}
@@ -156,6 +172,7 @@ class Drift:
         self.verdicts: dict[StreamKey, Verdict] = {}
         self.last_alarm: dict[StreamKey, int] = {}
         self.stale: dict[str, list[str]] = {}   # release -> component changes
+        self.distances: dict[tuple[str, str, str, str], dict[str, float]] = {}
         self.alarm_counts: dict[StreamKey, int] = {}
         self.exemplars: dict[StreamKey, str] = {}  # trace_id of the latest alarm's window
         self.windows_seen: dict[str, int] = {}
@@ -185,15 +202,21 @@ class Drift:
                 key = StreamKey(release, dimension, value, spec.signal, spec.direction)
                 self.detectors[key] = det.Detector(family, np.inf)
                 self.window_n[key] = n_ref / reference.windows
-        self._set_thresholds()
+        self.calibrated = False
+        if self.calibrate_inline:
+            self.calibrate()
 
-    def _set_thresholds(self) -> None:
+    def calibrate(self) -> None:
+        """Set every detector's threshold from its family's budget. Simulation takes
+        seconds for a new kind of stream: the worker runs this in a thread while the
+        fold goes on (detectors wait with an infinite threshold: insufficient data)."""
+        detectors = list(self.detectors.items())  # the fold may add streams meanwhile
         per_family: dict[str, int] = {}
         family_of = {(s.signal, s.direction): s.family for s in self.specs}
-        for key in self.detectors:
+        for key, _ in detectors:
             fam = family_of[(key.signal, key.direction)]
             per_family[fam] = per_family.get(fam, 0) + 1
-        for key, detector in self.detectors.items():
+        for key, detector in detectors:
             n = max(self.window_n[key], 1e-9)
             if self.config.arl0_traces is not None:
                 budget = self.config.arl0_traces / n
@@ -203,6 +226,7 @@ class Drift:
                     fam, self.config.false_alarm_days)
                 budget = arl0_windows(days, per_family[fam], self.config.window_seconds)
             detector.threshold = threshold(detector.family, n, max(budget, 2.0))
+        self.calibrated = len(detectors) == len(self.detectors)
 
     # --- the fold --------------------------------------------------------------------
 
@@ -259,6 +283,13 @@ class Drift:
                 self.last_alarm[leak_key] = window_start
             self.verdicts[leak_key] = self._verdict(leak_key, float(leaks), 0.0, window_start,
                                                     "alarm" if leaks else "ok", 1)
+            ref_cell = reference.cell(dimension, value)
+            if ref_cell is not None:
+                for name, hist in self.layout.histograms.items():
+                    if name not in EXCLUDED_SIGNALS:
+                        found = distances(hist, ref_cell, cell)
+                        if found:
+                            self.distances[(release, dimension, value, name)] = found
             for spec in self.specs:
                 key = StreamKey(release, dimension, value, spec.signal, spec.direction)
                 detector = self.detectors.get(key)
@@ -268,13 +299,14 @@ class Drift:
                 if n <= 0:
                     continue
                 update = detector.update(n, t)
+                if not np.isfinite(update.threshold):
+                    update = replace(update, status="insufficient_data")
                 latched = self._is_latched(key, window_start)
                 if update.alarm:
                     self.last_alarm[key] = window_start
                 self.verdicts[key] = self._verdict(key, update.statistic, update.threshold,
                                                    window_start, update.status, update.since)
                 if update.alarm and not latched:  # a persisting change stays one alarm
-                    ref_cell = reference.cell(dimension, value)
                     alarms.append(Alarm(
                         key, window_start, update.statistic, update.threshold, update.since,
                         None if ref_cell is None else specs[(spec.signal,
@@ -296,6 +328,33 @@ class Drift:
 
     def streams(self) -> Iterable[tuple[StreamKey, Verdict]]:
         return self.verdicts.items()
+
+    def view(self) -> DriftView:
+        releases = set(self.windows_seen) | set(self.references) | set(self.pending)
+        return DriftView(
+            dict(self.verdicts), dict(self.alarm_counts), dict(self.exemplars),
+            {r: ref.describe() for r, ref in self.references.items()},
+            {r: list(self.stale.get(r, [])) for r in releases if self.recalibration_required(r)},
+            {k: dict(v) for k, v in self.distances.items()},
+        )
+
+
+def distances(hist: Histogram, reference: Cell, window: Cell) -> dict[str, float]:
+    """Explanations, not alarms: how far the window's histogram of a signal is from the
+    reference's - Kolmogorov-Smirnov (largest CDF gap), PSI (with half-count smoothing)
+    and Wasserstein-1 (area between the CDFs, in the signal's units)."""
+    p = reference.counts[hist.offset: hist.offset + hist.width].astype(np.float64)
+    q = window.counts[hist.offset: hist.offset + hist.width].astype(np.float64)
+    if p.sum() <= 0 or q.sum() <= 0:
+        return {}
+    cp, cq = np.cumsum(p) / p.sum(), np.cumsum(q) / q.sum()
+    ps, qs = (p + 0.5) / (p.sum() + 0.5 * len(p)), (q + 0.5) / (q.sum() + 0.5 * len(q))
+    widths = np.diff(hist.edges)
+    return {
+        "ks": float(np.max(np.abs(cp - cq))),
+        "psi": float(np.sum((qs - ps) * np.log(qs / ps))),
+        "wasserstein": float(np.sum(np.abs(cp - cq)[:-2] * widths)),
+    }
 
 
 # --- how each kind of stream reads a cell ---------------------------------------------------
@@ -341,10 +400,9 @@ def _location_window(hist: Histogram) -> Callable[[Cell, det.Family], tuple[floa
 
 
 def _spread_window(hist: Histogram) -> Callable[[Cell, det.Family], tuple[float, list[float]]]:
-    def window(cell: Cell, family: det.Family) -> tuple[float, list[float]]:
-        assert isinstance(family, det.GammaScale)
-        n, total, squares = _moments(hist, cell)
-        return n, [det.spread_sum(n, total, squares, family.center)]
+    def window(cell: Cell, _family: det.Family) -> tuple[float, list[float]]:
+        dof, squares = det.spread_sum(*_moments(hist, cell))
+        return dof, [squares]
     return window
 
 

@@ -25,12 +25,15 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector as _Collector
+from prometheus_client.samples import Exemplar
 
 from monitor.aggregate import TOTAL, Cell, CellKey, Table
 from monitor.contract import DECISIONS
 from monitor.derive import ratio
+from monitor.drift import DriftView
 from monitor.layout import CLAIM_KINDS, LABEL_COUNTS, Histogram, Layout
 from monitor.pipeline import Pipeline
+from monitor.reference import COMPONENT_NAMES
 
 __all__ = [
     "ALL", "METRICS", "Collector", "Snapshot", "families", "parse_exposition", "serve",
@@ -54,7 +57,11 @@ METRICS: Final = (
     "ragmon_batches_total", "ragmon_redelivered_skipped_total", "ragmon_checkpoints_total",
     "ragmon_worker_errors_total", "ragmon_series", "ragmon_series_budget", "ragmon_series_dropped",
     "ragmon_slice_values_overflowed_total",
+    "ragmon_drift_statistic", "ragmon_drift_threshold", "ragmon_drift_alarm",
+    "ragmon_drift_alarms_total", "ragmon_drift_distance", "ragmon_drift_insufficient_data",
+    "ragmon_reference_info", "ragmon_reference_traces", "ragmon_recalibration_required",
 )
+STREAM_LABELS: Final = ("release", "dimension", "value", "signal", "direction")
 _SIGNAL_BUCKETS: Final = 10  # exported buckets per unit-range signal (le=0.1 .. 1.0)
 
 
@@ -67,9 +74,11 @@ class Snapshot(NamedTuple):
     rejected: dict[str, int]
     events: dict[str, dict[str, int]]
     health: dict[str, float]
+    drift: DriftView | None = None
 
 
-def snapshot_of(pipelines: Sequence[Pipeline], health: dict[str, float]) -> Snapshot:
+def snapshot_of(pipelines: Sequence[Pipeline], health: dict[str, float],
+                drift: DriftView | None = None) -> Snapshot:
     """Everything the pipelines folded (closed and open windows), as one immutable value."""
     if not pipelines:
         raise ValueError("a snapshot needs at least one pipeline")
@@ -92,7 +101,7 @@ def snapshot_of(pipelines: Sequence[Pipeline], health: dict[str, float]) -> Snap
     overflowed = sum(s.overflowed for s in slicers) + sum(c.overflowed for c in caps)
     health = {**health, "watermark": watermark, "overflowed": overflowed}
     return Snapshot(pipelines[0].layout, table.cells(), dict(inputs), dict(rejected),
-                    {kind: dict(counts) for kind, counts in events.items()}, health)
+                    {kind: dict(counts) for kind, counts in events.items()}, health, drift)
 
 
 class Collector(_Collector):
@@ -121,6 +130,12 @@ def families(snap: Snapshot, budget: int) -> list[Metric]:
             continue
         fams.add_cell(key, snap.cells[key])
     health = _health(snap, budget)
+    drift: list[Metric] = []
+    if snap.drift is not None:
+        room = budget - fams.series - sum(len(m.samples) for m in health) - 2
+        drift, left_out = _drift(snap.drift, room)
+        dropped += left_out
+        health.extend(drift)
     series = fams.series + sum(len(m.samples) for m in health) + 2
     health.append(_gauge("ragmon_series", "Series in this scrape.", [], [((), series)]))
     health.append(_gauge("ragmon_series_dropped", "Slice cells left out by the series budget.",
@@ -335,6 +350,72 @@ def _health(snap: Snapshot, budget: int) -> list[Any]:
         _counter("ragmon_slice_values_overflowed", "Label values mapped to other by caps.", [],
                  [((), h.get("overflowed", 0))]),
     ]
+
+
+def _drift(view: DriftView, room: int) -> tuple[list[Metric], int]:
+    """Drift families: release totals always, slice streams while `room` lasts; returns the
+    families and the number of slice streams left out."""
+    labels = list(STREAM_LABELS)
+    statistic = GaugeMetricFamily(
+        "ragmon_drift_statistic", "GLR statistic of a drift stream (nats).", labels=labels)
+    limit = GaugeMetricFamily(
+        "ragmon_drift_threshold", "Alarm threshold of the stream, from its false-alarm budget.",
+        labels=labels)
+    alarm = GaugeMetricFamily(
+        "ragmon_drift_alarm", "1 while the stream is in alarm (latched until it has been "
+        "quiet for alarm_hold_windows windows).", labels=labels)
+    insufficient = GaugeMetricFamily(
+        "ragmon_drift_insufficient_data", "1 when the stream cannot be judged (no usable "
+        "reference, or recalibration required).", labels=labels)
+    alarms = CounterMetricFamily(
+        "ragmon_drift_alarms", "Alarms raised per stream (one per change); the exemplar is a "
+        "trace of the window that raised the latest.", labels=labels)
+    keys = sorted(view.verdicts, key=lambda k: (k.dimension != TOTAL, k))
+    left_out = 0
+    for key in keys:
+        if key.dimension != TOTAL and room < 4:
+            left_out += 1
+            continue
+        verdict = view.verdicts[key]
+        values = [key.release, key.dimension or ALL, key.value or ALL, key.signal, key.direction]
+        statistic.add_metric(values, verdict.statistic)
+        limit.add_metric(values, verdict.threshold)
+        alarm.add_metric(values, 1.0 if verdict.alarm_active else 0.0)
+        insufficient.add_metric(values, 1.0 if verdict.status in (
+            "insufficient_data", "recalibration_required") else 0.0)
+        exemplar = view.exemplars.get(key)
+        alarms.add_metric(values, view.alarm_counts.get(key, 0),
+                          exemplar=Exemplar({"trace_id": exemplar}, 1.0) if exemplar else None)
+        room -= 5
+    distance = GaugeMetricFamily(
+        "ragmon_drift_distance", "Latest window vs reference distribution of a signal "
+        "(explanation, not the alarm): ks, psi, wasserstein.",
+        labels=["release", "dimension", "value", "signal", "measure"])
+    for (release, dim, value, signal), measures in sorted(view.distances.items()):
+        if dim != TOTAL and room < len(measures):
+            continue
+        for measure, v in sorted(measures.items()):
+            distance.add_metric([release, dim or ALL, value or ALL, signal, measure], v)
+            room -= 1
+    info = GaugeMetricFamily(
+        "ragmon_reference_info", "The frozen reference of a release (value 1; its version "
+        "components as labels).", labels=["release", *COMPONENT_NAMES])
+    traces = GaugeMetricFamily("ragmon_reference_traces", "Traces in a release's reference.",
+                               labels=["release"])
+    for release, described in sorted(view.references.items()):
+        for components in described["components"][:1]:  # the first; all are in `list`
+            info.add_metric([release, *(str(components[n]) for n in COMPONENT_NAMES)], 1.0)
+        traces.add_metric([release], described["traces"])
+    recalibration = GaugeMetricFamily(
+        "ragmon_recalibration_required", "1 when a release has no reference yet or a version "
+        "component changed since it was frozen: drift is not judged until a new freeze.",
+        labels=["release"])
+    releases = {k.release for k in view.verdicts} | set(view.references) | set(
+        view.recalibration)
+    for release in sorted(releases):
+        recalibration.add_metric([release], 1.0 if release in view.recalibration else 0.0)
+    return [statistic, limit, alarm, insufficient, alarms, distance, info, traces,
+            recalibration], left_out
 
 
 def serve(collector: Collector, host: str, port: int) -> CollectorRegistry:

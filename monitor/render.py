@@ -157,7 +157,8 @@ class DemoView:
                             f"read {read:.0f}  rejected {sum(rejected.values()):.0f} "
                             f"{dict(sorted(rejected.items()))}", title_justify="left")
         for column in ("release", "traces", "traces/s", "coverage 10s", "abstain 10s",
-                       "ccu rate 10s", "top reason 10s", "top_score mean 10s", "gate leaks"):
+                       "ccu rate 10s", "top reason 10s", "top_score mean 10s", "gate leaks",
+                       "drift alarms (slices)"):
             table.add_column(column, justify="left" if column == "release" else "right")
         releases = {dict(k[1]).get("release", "") for k in now if k[0] == "ragmon_traces_total"}
         for release in sorted(releases):
@@ -183,10 +184,32 @@ def _release_row(release: str, now: Samples, then: Samples, span: float) -> list
     reasons = {dict(ls)["reason"]: v - then.get((n, ls), 0.0) for (n, ls), v in now.items()
                if n == "ragmon_reasons_total"
                and {"release": release, "dimension": "all"}.items() <= dict(ls).items()}
+    leaks = total("ragmon_gate_leaks_total")
+    return [*_basics(release, total, delta, traces, answered, reasons, span, leaks, now),
+            _drift_cell(release, now)]
+
+
+def _drift_cell(release: str, now: Samples) -> str:
+    """Active alarms of the release ("signal direction (+n slices)"), or its reference state."""
+    if now.get(("ragmon_recalibration_required", (("release", release),))) == 1.0:
+        stale = ("ragmon_reference_traces", (("release", release),)) in now
+        return "[yellow]recalibration required[/]" if stale else "[dim]freezing reference[/]"
+    active: dict[str, int] = {}
+    for (name, labels), value in now.items():
+        ls = dict(labels)
+        if name == "ragmon_drift_alarm" and value == 1.0 and ls.get("release") == release:
+            stream = f"{ls['signal']} {ls['direction']}"
+            active[stream] = active.get(stream, 0) + (0 if ls["dimension"] == "all" else 1)
+    if not active:
+        return "[green]none[/]"
+    return "[red]" + ", ".join(f"{k} (+{n})" for k, n in sorted(active.items())) + "[/]"
+
+
+def _basics(release: str, total: Any, delta: Any, traces: float, answered: float,
+            reasons: dict[str, float], span: float, leaks: float, now: Samples) -> list[str]:
     top = max(reasons.items(), key=lambda kv: kv[1], default=("—", 0.0))
     score_n = delta("ragmon_signal_count", signal="top_score")
     score_sum = delta("ragmon_signal_sum", signal="top_score")
-    leaks = total("ragmon_gate_leaks_total")
     return [
         release, f"{total('ragmon_traces_total'):.0f}",
         f"{traces / span:.0f}" if span > 0 else "—",

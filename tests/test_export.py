@@ -12,16 +12,19 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
+from monitor.backtest import Backtest
+from monitor.drift import Drift, DriftConfig
 from monitor.export import METRICS, Collector, snapshot_of
 from monitor.pipeline import Pipeline
 from monitor.settings import load
+from monitor.simulate import Simulator
 
 
-def scrape(pipeline, budget=20_000):
+def scrape(pipeline, budget=20_000, drift=None):
     registry = CollectorRegistry()
     collector = Collector(budget)
     registry.register(collector)
-    collector.current = snapshot_of([pipeline], {"partitions": 4})
+    collector.current = snapshot_of([pipeline], {"partitions": 4}, drift)
     return registry
 
 
@@ -50,7 +53,7 @@ def test_examples_render_with_the_right_values(examples):
 def test_every_declared_metric_is_exported_and_no_other(examples):
     p = Pipeline(load())
     p.feed(lines(examples / "traces.jsonl"))
-    text = generate_latest(scrape(p)).decode()
+    text = generate_latest(scrape(p, drift=Drift(p.layout, DriftConfig()).view())).decode()
     names = {fam.name for fam in text_string_to_metric_families(text)}
     declared = {name.removesuffix("_total") for name in METRICS}
     assert names == declared
@@ -95,3 +98,31 @@ def test_openmetrics_exposition_parses(examples):
     p.feed(lines(examples / "traces.jsonl"))
     text = generate_openmetrics(scrape(p)).decode()
     assert text.endswith("# EOF\n")
+
+
+def test_drift_metrics_render_alarms_with_exemplars_and_recalibration():
+    settings = load()
+    run = Backtest(settings, DriftConfig.from_settings(settings))
+    sim = Simulator(seed=3, scenario="index_change", change_at=12_000)
+    records = list(run.feed(sim.traces(24_000))) + list(run.finish())
+    assert records
+    registry = scrape(run.pipeline, drift=run.drift.view())
+    got = samples(registry)
+    total = (("dimension", "all"), ("direction", "up"), ("release", "2026.11.3"),
+             ("signal", "critical_claim_unsupported_rate"), ("value", "all"))
+    assert got[("ragmon_drift_alarm", total)] == 1.0
+    assert got[("ragmon_drift_alarms_total", total)] >= 1
+    assert got[("ragmon_drift_statistic", total)] >= 0
+    assert got[("ragmon_recalibration_required", (("release", "2026.11.3"),))] == 0.0
+    assert got[("ragmon_reference_traces", (("release", "2026.11.3"),))] >= 2000
+    assert any(name == "ragmon_drift_distance" for name, _ in got)
+    text = generate_openmetrics(registry).decode()
+    line = next(x for x in text.splitlines() if x.startswith("ragmon_drift_alarms_total")
+                and 'signal="critical_claim_unsupported_rate"' in x and 'dimension="all"' in x)
+    assert '# {trace_id="sim-index_change-' in line
+    # A budget too small for slices keeps the release-level drift streams.
+    small = samples(scrape(run.pipeline, budget=2_000, drift=run.drift.view()))
+    assert ("ragmon_drift_alarm", total) in small
+    assert not any(name == "ragmon_drift_alarm" and ("dimension", "all") not in labels
+                   for name, labels in small)
+    assert small[("ragmon_series_dropped", ())] > 0
