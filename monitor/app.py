@@ -38,7 +38,7 @@ from monitor.export import Collector, serve, snapshot_of
 from monitor.ingest import Rejection
 from monitor.layout import from_settings
 from monitor.pipeline import Pipeline
-from monitor.reference import from_bytes
+from monitor.reference import FREEZE_PREFIX, from_bytes
 from monitor.settings import Settings
 from monitor.slices import Cap, Slicer
 from monitor.watch import Watch
@@ -81,6 +81,8 @@ class Worker:
         self.drift = Drift(from_settings(settings), DriftConfig.from_settings(settings),
                            calibrate_inline=False)
         self.calibrating: asyncio.Task[None] | None = None
+        self.published: dict[bytes, bytes] = {}  # references this worker knows, by key
+        self.references_consumer: AIOKafkaConsumer | None = None
         self.watch = Watch(self.drift, settings.window_seconds, settings.allowed_lateness_seconds)
         self.references_loaded = False
         self.drift_view: DriftView = self.drift.view()
@@ -159,11 +161,43 @@ class Worker:
     async def _publish_reference(self, release: str, blob: bytes) -> None:
         sent = await self.references_topic.send(key=release.encode(), value=blob, partition=0)
         await sent
+        self.published[release.encode()] = blob
+
+    async def poll_references(self) -> None:
+        """Apply what `ragmon reference freeze/import` put on the references topic since the
+        last poll: a new reference is installed, a freeze request re-freezes the release."""
+        if self.references_consumer is None:
+            consumer = AIOKafkaConsumer(**_aiokafka_options(self.settings), group_id=None,
+                                        enable_auto_commit=False, auto_offset_reset="latest")
+            await consumer.start()
+            consumer.assign([TopicPartition(self.settings.topic_references, 0)])
+            self.references_consumer = consumer
+        batches = await self.references_consumer.getmany(timeout_ms=100)
+        for record in (r for records in batches.values() for r in records):
+            key, value = record.key or b"", record.value or b""
+            if key.startswith(FREEZE_PREFIX):
+                release = key[len(FREEZE_PREFIX):].decode()
+                log.info("freeze requested for release %s: re-freezing from new traffic",
+                         release)
+                self.drift.refreeze(release)
+            elif self.published.get(key) != value:
+                try:
+                    self.drift.install(from_bytes(self.drift.layout, value))
+                except ValueError as exc:
+                    log.warning("reference %r not installed: %s", key, exc)
+                    continue
+                self.published[key] = value
+                log.info("reference for release %s installed from the topic", key.decode())
+        self.drift_view = self.drift.view()
+        self._calibrate_soon()
 
     async def _load_references(self) -> None:
         """The newest reference of every release from the references topic."""
         blobs = await self._read_topic(self.settings.topic_references, 0, None)
-        for blob in blobs.values():
+        for key, blob in blobs.items():
+            if key.startswith(FREEZE_PREFIX):
+                continue
+            self.published[key] = blob
             try:
                 self.drift.install(from_bytes(self.drift.layout, blob))
             except ValueError as exc:  # another layout (settings changed): skip, say so
@@ -322,6 +356,14 @@ def build(settings: Settings, *, broker_session_timeout: float = 4.0,
     @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
     async def refresh() -> None:
         worker.refresh()
+
+    @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
+    async def references() -> None:
+        if worker.references_loaded:
+            try:
+                await worker.poll_references()
+            except Exception:  # the broker may be away; the next poll retries
+                log.exception("polling references failed")
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def on_revoked(app: faust.App, revoked: set[Any], **_: Any) -> None:

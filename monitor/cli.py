@@ -92,6 +92,34 @@ def _parser() -> argparse.ArgumentParser:
                           "(default stdout)")
     backtest.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     backtest.set_defaults(run=_backtest)
+    reference = sub.add_parser(
+        "reference", help="list, freeze, export and import reference profiles",
+        description="Reference profiles live on the references topic (compacted, one record "
+                    "per release); workers pick up changes within seconds.")
+    ref_sub = reference.add_subparsers(dest="action", required=True)
+    listing = ref_sub.add_parser("list", help="the references on the topic")
+    listing.add_argument("--json", action="store_true")
+    freeze = ref_sub.add_parser(
+        "freeze", help="freeze a release's reference",
+        description="With --traces: freeze from those traces (optionally a time range) and "
+                    "publish. Without: ask the workers to re-freeze the release from the "
+                    "next reference_traces traces of live traffic.")
+    freeze.add_argument("--release", required=True)
+    freeze.add_argument("--traces", nargs="+", metavar="FILE")
+    freeze.add_argument("--from", dest="from_ts", metavar="TS",
+                        help="ISO time: only traces at or after it")
+    freeze.add_argument("--to", dest="to_ts", metavar="TS", help="ISO time: only traces before it")
+    freeze.add_argument("--out", metavar="FILE", help="also write the reference to this file")
+    freeze.add_argument("--no-publish", action="store_true",
+                        help="only write --out, do not touch the topic")
+    export = ref_sub.add_parser("export", help="write a release's reference to a file")
+    export.add_argument("--release", required=True)
+    export.add_argument("--out", required=True, metavar="FILE")
+    import_ = ref_sub.add_parser("import", help="publish a reference file to the topic")
+    import_.add_argument("file", metavar="FILE")
+    for sub_parser in (listing, freeze, export, import_):
+        sub_parser.add_argument("--bootstrap", help="Kafka bootstrap servers")
+    reference.set_defaults(run=_reference)
     simulate = sub.add_parser("simulate", help="write simulated decision traces as JSONL",
                               description="Seeded RAG traffic with a drift scenario.")
     simulate.add_argument("--scenario", default="steady", choices=SCENARIOS)
@@ -275,6 +303,30 @@ def _backtest(args: argparse.Namespace) -> int:
         print(f"{sum(counts.values())} alarms over {total} traces -> {args.out}")
         for name, n in sorted(counts.items()):
             print(f"  {n:6d}  {name}")
+    return 0
+
+
+def _reference(args: argparse.Namespace) -> int:
+    from monitor import references
+
+    settings = load(args.config, **_kafka_overrides(args))
+    try:
+        if args.action == "list":
+            found = references.listing(settings)
+            if args.json:
+                json.dump(found, sys.stdout, indent=2)
+                sys.stdout.write("\n")
+            else:
+                render.references(found)
+        elif args.action == "freeze":
+            print(references.freeze(settings, args.release, args.traces, args.from_ts,
+                                    args.to_ts, args.out, not args.no_publish))
+        elif args.action == "export":
+            print(references.export(settings, args.release, args.out))
+        else:
+            print(references.import_file(settings, args.file))
+    except references.ReferenceProblem as exc:
+        raise _InputError(str(exc)) from None
     return 0
 
 

@@ -12,13 +12,13 @@ from contextlib import suppress
 from typing import Any
 
 import msgspec
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
 from monitor.settings import Settings
 
-__all__ = ["Sender", "connection", "ensure_topics", "key_of", "produce"]
+__all__ = ["Sender", "connection", "ensure_topics", "key_of", "produce", "publish", "read_latest"]
 
 
 class _Keyed(msgspec.Struct):
@@ -101,3 +101,26 @@ def produce(settings: Settings, topic: str, lines: Iterable[bytes]) -> int:
     finally:
         sender.close()
     return sent
+
+
+def publish(settings: Settings, topic: str, key: bytes, value: bytes) -> None:
+    """Send one record to partition 0 of `topic` and wait until it is stored."""
+    producer = KafkaProducer(**connection(settings), acks="all")
+    try:
+        producer.send(topic, key=key, value=value, partition=0).get(timeout=30)
+    finally:
+        producer.close()
+
+
+def read_latest(settings: Settings, topic: str, idle_ms: int = 1500) -> dict[bytes, bytes]:
+    """The newest value per key of partition 0 of `topic` (a compacted table's content).
+    Without a consumer group: kafka-python's groups do not work on the embedded broker."""
+    consumer = KafkaConsumer(**connection(settings), group_id=None, enable_auto_commit=False,
+                             auto_offset_reset="earliest", consumer_timeout_ms=idle_ms)
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        return {m.key: m.value for m in consumer if m.key is not None}
+    finally:
+        consumer.close()

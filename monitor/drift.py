@@ -187,11 +187,7 @@ class Drift:
         release = reference.release
         self.references[release] = reference
         self.pending.pop(release, None)
-        self.stale.pop(release, None)
-        for key in [k for k in self.detectors if k.release == release]:
-            del self.detectors[key]
-            self.verdicts.pop(key, None)
-            self.last_alarm.pop(key, None)
+        self._drop_streams(release)
         for spec in self.specs:
             for dimension, value in {(k[1], k[2]) for k in reference.table.keys}:
                 cell = reference.cell(dimension, value)
@@ -205,6 +201,20 @@ class Drift:
         self.calibrated = False
         if self.calibrate_inline:
             self.calibrate()
+
+    def refreeze(self, release: str) -> None:
+        """Drop the release's reference; the next `reference_traces` traces freeze a new one
+        (`ragmon reference freeze --release R` without a traces file)."""
+        self.references.pop(release, None)
+        self.pending[release] = Accumulator(release, self.layout)
+        self._drop_streams(release)
+
+    def _drop_streams(self, release: str) -> None:
+        self.stale.pop(release, None)
+        for key in [k for k in self.detectors if k.release == release]:
+            del self.detectors[key]
+            self.verdicts.pop(key, None)
+            self.last_alarm.pop(key, None)
 
     def calibrate(self) -> None:
         """Set every detector's threshold from its family's budget. Simulation takes

@@ -21,11 +21,16 @@ import msgspec
 from monitor.aggregate import TOTAL, Cell, Table
 from monitor.layout import Layout
 
-__all__ = ["COMPONENT_NAMES", "Accumulator", "Components", "Reference", "from_bytes"]
+__all__ = [
+    "COMPONENT_NAMES", "FREEZE_PREFIX", "Accumulator", "Components", "Reference", "from_bytes",
+]
 
 COMPONENT_NAMES = ("model", "embedding_model", "index_version", "reranker", "prompt_version",
                    "gate_config")
 Components = tuple[str | None, ...]
+# Key prefix of a freeze request on the references topic (value empty): the worker
+# drops the release's reference and freezes a new one from the traffic that follows.
+FREEZE_PREFIX = b"freeze:"
 _VERSION = 1
 
 

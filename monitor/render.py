@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -221,3 +222,26 @@ def _basics(release: str, total: Any, delta: Any, traces: float, answered: float
         _num(score_sum / score_n if score_n else None),
         f"[red]{leaks:.0f}[/]" if leaks else "0",
     ]
+
+
+def references(found: list[dict[str, Any]], console: Console | None = None) -> None:
+    """`ragmon reference list` as a table."""
+    console = console or Console()
+    table = Table(title="reference profiles", title_justify="left")
+    for column in ("release", "traces", "windows", "from", "to", "components"):
+        table.add_column(column)
+    for ref in found:
+        if ref.get("freeze_requested") or "error" in ref:
+            note = "freeze requested" if ref.get("freeze_requested") else ref["error"]
+            table.add_row(ref["release"], "—", "—", "—", "—", note)
+            continue
+        components = "; ".join(
+            ", ".join(f"{k}={v}" for k, v in c.items() if v is not None)
+            for c in ref["components"])
+        table.add_row(ref["release"], str(ref["traces"]), str(ref["windows"]),
+                      _when(ref["first_window"]), _when(ref["last_window"]), components)
+    console.print(table)
+
+
+def _when(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")

@@ -73,11 +73,11 @@ def broker(tmp_path):
         yield running
 
 
-def start_worker(broker, tmp_path, name="worker", app_id="ragmon-test"):
+def start_worker(broker, tmp_path, name="worker", app_id="ragmon-test", env=None):
     port = free_port()
     env = {**os.environ, "RAGMON_BOOTSTRAP_SERVERS": broker.bootstrap,
            "RAGMON_METRICS_PORT": str(port), "RAGMON_APP_ID": app_id,
-           "RAGMON_BATCH_SIZE": "200"}
+           "RAGMON_BATCH_SIZE": "200", **(env or {})}
     log = open(tmp_path / f"{name}.log", "ab")  # noqa: SIM115
     process = subprocess.Popen([sys.executable, "-m", "monitor.cli", "worker"], env=env,
                                stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
