@@ -248,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="substring of scenario names to run")
     parser.add_argument("--methods", default="ragmon,oracle,windowed,adwin,ph")
     parser.add_argument("--json", help="write results here")
+    parser.add_argument("--reference-traces", type=int, default=REF_RAGMON,
+                        help="traces in ragmon's reference (its default: 2000)")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(2026)
     cal_traces = 200_000 if args.quick else 600_000
@@ -261,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         row: dict[str, object] = {"issue_oracle": ISSUE_ORACLE[name]}
         t0 = time.time()
         for method in methods:
-            ref_n = REF_RAGMON if method == "ragmon" else REF_WINDOWED
+            ref_n = args.reference_traces if method == "ragmon" else REF_WINDOWED
             key = (method, f"{pre}", sign if kind != "spread" else 2)
             if method == "ragmon":
                 make = ragmon(kind, sign)

@@ -58,7 +58,17 @@ _TINY: Final = 1e-300
 class Family(Protocol):
     """The null model of one stream: a GLR on cumulative statistics, and null samples."""
 
-    width: int  # length of the per-window statistic vector t
+    @property
+    def width(self) -> int:
+        """Length of the per-window statistic vector t."""
+        ...
+
+    @property
+    def n_ref(self) -> float:
+        """Traces the reference parameters were estimated on (inf: known exactly)."""
+        ...
+
+    def __hash__(self) -> int: ...
 
     def glr(self, n: np.ndarray, t: np.ndarray) -> np.ndarray:
         """G for cumulative counts `n` (shape S) and statistics `t` (shape S + (width,))."""
@@ -86,7 +96,7 @@ class GaussMean:
     def glr(self, n: np.ndarray, t: np.ndarray) -> np.ndarray:
         excess = np.maximum(self.sign * (t[..., 0] - n * self.mean), 0.0)
         nn = np.maximum(n, _TINY)
-        return excess * excess / (2.0 * self.var * nn * (1.0 + nn / self.n_ref))
+        return np.asarray(excess * excess / (2.0 * self.var * nn * (1.0 + nn / self.n_ref)))
 
     def sample(self, rng: np.random.Generator, n: np.ndarray, draws: int,
                repeat: int = 1) -> np.ndarray:
@@ -94,7 +104,7 @@ class GaussMean:
         offset = np.repeat(rng.normal(0.0, sd / np.sqrt(self.n_ref), (draws, 1)), repeat, 0)
         chains = draws * repeat
         sums = n * (self.mean + offset) + rng.normal(0.0, 1.0, (chains, len(n))) * sd * np.sqrt(n)
-        return sums[..., None]
+        return np.asarray(sums[..., None])
 
 
 @dataclass(frozen=True)
@@ -130,7 +140,7 @@ class GammaScale:
             scale = scale * rng.gamma(self.shape * self.n_ref, 1.0 / (self.shape * self.n_ref),
                                       (draws, 1))
         scale = np.repeat(scale, repeat, 0)
-        return (rng.gamma(self.shape * n, 1.0, (len(scale), len(n))) * scale)[..., None]
+        return np.asarray((rng.gamma(self.shape * n, 1.0, (len(scale), len(n))) * scale)[..., None])
 
 
 @dataclass(frozen=True)
@@ -182,10 +192,10 @@ class Multinomial:
         p = np.asarray(self.p)
         nn = np.maximum(n, _TINY)[..., None]
         if not math.isfinite(self.n_ref):
-            return _xlogy(t, t / (nn * p)).sum(axis=-1)
+            return np.asarray(_xlogy(t, t / (nn * p)).sum(axis=-1))
         k0 = p * self.n_ref  # two samples: the windows and the reference
         pooled = (t + k0) / (nn + self.n_ref)
-        return (_xlogy(t, t / (nn * pooled)) + _xlogy(k0, p / pooled)).sum(axis=-1)
+        return np.asarray((_xlogy(t, t / (nn * pooled)) + _xlogy(k0, p / pooled)).sum(axis=-1))
 
     def sample(self, rng: np.random.Generator, n: np.ndarray, draws: int,
                repeat: int = 1) -> np.ndarray:
@@ -226,7 +236,7 @@ def rate(n_ref: float, events_ref: float, sign: int) -> Bernoulli:
     return Bernoulli((events_ref + 0.5) / (n_ref + 1.0), sign, n_ref)
 
 
-def _xlogy(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def _xlogy(x: np.ndarray | float, y: np.ndarray | float) -> np.ndarray:
     """x * log(y) with 0 * log(anything) = 0."""
     x = np.asarray(x, np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -341,8 +341,14 @@ class Drift:
 
     def view(self) -> DriftView:
         releases = set(self.windows_seen) | set(self.references) | set(self.pending)
+        verdicts = {}
+        for key, verdict in list(self.verdicts.items()):
+            detector = self.detectors.get(key)
+            if detector is not None and detector.threshold != verdict.threshold:
+                verdict = replace(verdict, threshold=detector.threshold)  # calibrated since
+            verdicts[key] = verdict
         return DriftView(
-            dict(self.verdicts), dict(self.alarm_counts), dict(self.exemplars),
+            verdicts, dict(self.alarm_counts), dict(self.exemplars),
             {r: ref.describe() for r, ref in self.references.items()},
             {r: list(self.stale.get(r, [])) for r in releases if self.recalibration_required(r)},
             {k: dict(v) for k, v in self.distances.items()},

@@ -68,9 +68,13 @@ def calibration_key(family: Family, window_n: float) -> tuple[Family, float]:
     if isinstance(family, GaussMean):
         return pivot
     if isinstance(family, GammaScale):
-        if n * family.shape >= _GAUSSIAN_EVENTS:  # sums of many squares: near Gaussian
+        # A window's sum of squares is Gamma(n * shape): that product sets its skew, which
+        # matters long after it looks Gaussian (a pivot at n * shape = 11 gave +50% ARL0).
+        total_shape = n * family.shape
+        if total_shape >= 10 * _GAUSSIAN_EVENTS:
             return pivot
-        return GammaScale(1.0, _grid(family.shape), 1, _grid(family.n_ref / n) * 20), 20.0
+        return (GammaScale(1.0, _grid(total_shape) / 20.0, 1, _grid(family.n_ref / n) * 20.0),
+                20.0)
     if isinstance(family, Bernoulli):
         events = n * min(family.p, 1.0 - family.p)
         if events >= _GAUSSIAN_EVENTS:

@@ -23,8 +23,10 @@ TOTAL = (("dimension", "all"), ("direction", "up"), ("release", RELEASE),
 
 def test_worker_alarms_on_index_change_and_obeys_reference_commands(broker, tmp_path,  # noqa: F811
                                                                       capsys):
+    # Two slice dimensions keep the number of streams (and threshold simulations) small.
     process, port = start_worker(broker, tmp_path,
-                                 env={"RAGMON_ALLOWED_LATENESS_SECONDS": "30"})
+                                 env={"RAGMON_ALLOWED_LATENESS_SECONDS": "30",
+                                      "RAGMON_SLICE_DIMENSIONS": "language,risk"})
     try:
         settings = load(bootstrap_servers=broker.bootstrap)
         sim = Simulator(seed=5, scenario="index_change", change_at=12_000)
