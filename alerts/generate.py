@@ -1,0 +1,286 @@
+"""One source for ragmon's Prometheus recording and alerting rules.
+
+    python alerts/generate.py   # rewrites alerts/ragmon-rules.yml and its promtool tests
+
+The committed file must equal this script's output (tests/test_alerts.py), and every
+metric an expression uses must be one `monitor.export.METRICS` declares.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+RULES_FILE = HERE / "ragmon-rules.yml"
+RUNBOOK = "https://github.com/ragmon/ragmon/blob/main/alerts/RUNBOOK.md"
+WHERE = "release {{ $labels.release }}, slice {{ $labels.dimension }}={{ $labels.value }}"
+
+RECORDING = [
+    ("release:ragmon_traces:rate5m",
+     'sum by (release) (rate(ragmon_traces_total{dimension="all"}[5m]))'),
+    ("release:ragmon_answer_coverage:ratio_rate15m",
+     'sum by (release) (rate(ragmon_traces_total{dimension="all",decision=~"answer|partial"}'
+     '[15m]))\n/\nsum by (release) (rate(ragmon_traces_total{dimension="all"}[15m]))'),
+    ("release:ragmon_critical_claim_unsupported:ratio_rate15m",
+     'sum by (release) (rate(ragmon_reasons_total{dimension="all",'
+     'reason="critical_claim_unsupported"}[15m]))\n/\n'
+     'sum by (release) (rate(ragmon_traces_total{dimension="all"}[15m]))'),
+    ("instance:ragmon_input_messages:rate5m",
+     'sum by (instance) (rate(ragmon_input_messages_total{outcome="read"}[5m]))'),
+    ("instance:ragmon_rejected:ratio_rate5m",
+     "sum by (instance) (rate(ragmon_rejected_total[5m]))\n/\n"
+     "instance:ragmon_input_messages:rate5m"),
+]
+
+
+def _drift(name: str, signals: str, severity: str, summary: str, what: str) -> dict[str, Any]:
+    return {
+        "alert": name,
+        "expr": f'max by (release, dimension, value, signal, direction) '
+                f'(ragmon_drift_alarm{{signal=~"{signals}"}}) == 1',
+        "for": "0m",  # the detector's false-alarm budget already decided; do not delay it
+        "labels": {"severity": severity},
+        "annotations": {
+            "summary": summary,
+            "description": f"{what} ({{{{ $labels.signal }}}} {{{{ $labels.direction }}}}) on "
+                           f"{WHERE}, against the release's frozen reference.",
+        },
+    }
+
+
+ALERTS: list[dict[str, Any]] = [
+    _drift("RagmonRetrievalScoreDrift", "top_score|top_score_spread", "warning",
+           "Retrieval scores drifted from the reference",
+           "The retrieval score distribution changed"),
+    _drift("RagmonCriticalClaimUnsupportedRising", "critical_claim_unsupported_rate",
+           "critical", "More answers abstain for an unsupported critical claim",
+           "The critical_claim_unsupported rate rose"),
+    _drift("RagmonAnswerCoverageChange", "answer_coverage", "warning",
+           "Answer coverage changed sharply", "The share of answered requests changed"),
+    _drift("RagmonReasonMixChange", "reason_mix", "warning",
+           "The mix of abstention reasons changed", "The abstention reason mix changed"),
+    _drift("RagmonGateSignalDrift",
+           "query_coverage|query_coverage_spread|supported_claim_ratio|"
+           "supported_claim_ratio_spread|critical_support|critical_support_spread|"
+           "self_check_reject_rate|verbatim_failure_rate",
+           "info", "A gate signal drifted from the reference", "A gate signal changed"),
+    {
+        "alert": "RagmonGateLeak",
+        "expr": 'sum by (release) (increase(ragmon_gate_leaks_total{dimension="all"}[5m])) > 0',
+        "for": "0m",
+        "labels": {"severity": "critical"},
+        "annotations": {
+            "summary": "An answer carried an unsupported critical claim",
+            "description": "{{ $value }} answer(s) of release {{ $labels.release }} rendered a "
+                           "critical claim whose verdict is not supported in the last 5 "
+                           "minutes. The gate promises zero: treat as an incident.",
+        },
+    },
+    {
+        "alert": "RagmonRecalibrationRequired",
+        "expr": "max by (release) (ragmon_recalibration_required) == 1",
+        "for": "30m",
+        "labels": {"severity": "info"},
+        "annotations": {
+            "summary": "A release runs without a valid reference",
+            "description": "Release {{ $labels.release }} changed a version component (or "
+                           "has no reference yet): drift is not judged until a new reference "
+                           "is frozen (`ragmon reference freeze --release "
+                           "{{ $labels.release }}`).",
+        },
+    },
+    {
+        "alert": "RagmonDown",
+        "expr": 'up{job="ragmon"} == 0',
+        "for": "2m",
+        "labels": {"severity": "critical"},
+        "annotations": {
+            "summary": "A ragmon worker cannot be scraped",
+            "description": "{{ $labels.instance }} has been down for 2 minutes: its "
+                           "partitions' traces are not monitored until it or another worker "
+                           "takes them.",
+        },
+    },
+    {
+        "alert": "RagmonNoTraces",
+        "expr": "sum(instance:ragmon_input_messages:rate5m) == 0\n"
+                "and sum(instance:ragmon_input_messages:rate5m offset 1d) > 0",
+        "for": "15m",
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "No decision traces arrive while traffic is expected",
+            "description": "ragmon read no traces for 15 minutes; the same time yesterday it "
+                           "did. Producers, topic or consumer group may be broken.",
+        },
+    },
+    {
+        "alert": "RagmonConsumerStuck",
+        "expr": "max by (instance) (ragmon_watermark_lag_seconds) > 900\n"
+                "and max by (instance) (ragmon_partitions_owned) > 0",
+        "for": "10m",
+        "labels": {"severity": "critical"},
+        "annotations": {
+            "summary": "ragmon's newest event time lags the wall clock",
+            "description": "{{ $labels.instance }}: the newest trace folded is "
+                           "{{ $value }} s old. The consumer is stuck or far behind (or "
+                           "producers send old traces).",
+        },
+    },
+    {
+        "alert": "RagmonRejectedInputSurge",
+        "expr": "instance:ragmon_rejected:ratio_rate5m > 0.05",
+        "for": "10m",
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "More than 5% of decision messages are rejected",
+            "description": "{{ $labels.instance }} rejects a share of {{ $value }} of its "
+                           "input (see ragmon_rejected_total by reason and the dead-letter "
+                           "topic).",
+        },
+    },
+    {
+        "alert": "RagmonSeriesBudgetReached",
+        "expr": "max by (instance) (ragmon_series_dropped) > 0",
+        "for": "15m",
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "ragmon leaves slices out of its metrics",
+            "description": "{{ $labels.instance }} dropped {{ $value }} slice cell(s) to stay "
+                           "within series_budget: raise it or configure fewer slice values.",
+        },
+    },
+    {
+        "alert": "RagmonWatchdog",
+        "expr": "vector(1)",
+        "labels": {"severity": "info"},
+        "annotations": {
+            "summary": "Always firing: proves the alerting pipeline works",
+            "description": "If this alert stops arriving, alerting is broken somewhere "
+                           "between Prometheus and the receiver.",
+        },
+    },
+]
+
+
+# promtool unit tests: (alert, input series, eval time, expected alerts as (labels,
+# $value)). Each alert gets a firing case and a silent one (the same series, earlier).
+_W = 'instance="w1",job="ragmon"'
+_SLICE = 'release="r1",dimension="language",value="de"'
+
+
+def _drift_case(alert: str, signal: str, direction: str) -> list[tuple[Any, ...]]:
+    series = [(f'ragmon_drift_alarm{{{_SLICE},signal="{signal}",direction="{direction}",'
+               f'{_W}}}', "0 0 1 1 1")]
+    labels = {"release": "r1", "dimension": "language", "value": "de", "signal": signal,
+              "direction": direction}
+    return [(alert, series, "3m", [(labels, 1)]), (alert, series, "1m", [])]
+
+
+CASES: list[tuple[Any, ...]] = [
+    *_drift_case("RagmonRetrievalScoreDrift", "top_score", "down"),
+    *_drift_case("RagmonCriticalClaimUnsupportedRising", "critical_claim_unsupported_rate",
+                 "up"),
+    *_drift_case("RagmonAnswerCoverageChange", "answer_coverage", "down"),
+    *_drift_case("RagmonReasonMixChange", "reason_mix", "change"),
+    *_drift_case("RagmonGateSignalDrift", "verbatim_failure_rate", "up"),
+    ("RagmonGateLeak", [('ragmon_gate_leaks_total{release="r1",dimension="all",value="all",'
+                         f'{_W}}}', "0 0 0 1 1 1 1")], "4m", [({"release": "r1"}, 1)]),
+    ("RagmonGateLeak", [('ragmon_gate_leaks_total{release="r1",dimension="all",value="all",'
+                         f'{_W}}}', "0 0 0 1 1 1 1")], "2m", []),
+    ("RagmonRecalibrationRequired", [(f'ragmon_recalibration_required{{release="r2",{_W}}}',
+                                      "1x40")], "35m", [({"release": "r2"}, 1)]),
+    ("RagmonRecalibrationRequired", [(f'ragmon_recalibration_required{{release="r2",{_W}}}',
+                                      "1x40")], "20m", []),
+    ("RagmonDown", [(f"up{{{_W}}}", "1 1 0 0 0 0 0")], "5m",
+     [({"instance": "w1", "job": "ragmon"}, 0)]),
+    ("RagmonDown", [(f"up{{{_W}}}", "1 1 0 0 0 0 0")], "3m", []),
+    # Traffic for a day (1/s), then none: fires once the quiet lasted 15 minutes.
+    ("RagmonNoTraces", [(f'ragmon_input_messages_total{{outcome="read",{_W}}}',
+                         "0+60x1440 86400x60")], "1470m", [({}, 0)]),
+    ("RagmonNoTraces", [(f'ragmon_input_messages_total{{outcome="read",{_W}}}',
+                         "0+60x1440 86400x60")], "1450m", []),
+    ("RagmonConsumerStuck", [(f"ragmon_watermark_lag_seconds{{{_W}}}", "0 0 1000x20"),
+                             (f"ragmon_partitions_owned{{{_W}}}", "4x22")], "15m",
+     [({"instance": "w1"}, 1000)]),
+    ("RagmonConsumerStuck", [(f"ragmon_watermark_lag_seconds{{{_W}}}", "0 0 1000x20"),
+                             (f"ragmon_partitions_owned{{{_W}}}", "4x22")], "8m", []),
+    ("RagmonRejectedInputSurge", [(f'ragmon_rejected_total{{reason="not_json",{_W}}}',
+                                   "0+12x30"),
+                                  (f'ragmon_input_messages_total{{outcome="read",{_W}}}',
+                                   "0+60x30")], "20m", [({"instance": "w1"}, 0.2)]),
+    ("RagmonRejectedInputSurge", [(f'ragmon_rejected_total{{reason="not_json",{_W}}}',
+                                   "0+1x30"),
+                                  (f'ragmon_input_messages_total{{outcome="read",{_W}}}',
+                                   "0+600x30")], "20m", []),
+    ("RagmonSeriesBudgetReached", [(f"ragmon_series_dropped{{{_W}}}", "0 0 5x20")], "20m",
+     [({"instance": "w1"}, 5)]),
+    ("RagmonSeriesBudgetReached", [(f"ragmon_series_dropped{{{_W}}}", "0 0 5x20")], "10m",
+     []),
+    ("RagmonWatchdog", [], "1m", [({}, 1)]),
+]
+
+
+def tests() -> dict[str, Any]:
+    """promtool's unit test file: every case with its expected labels and annotations."""
+    by_alert = {a["alert"]: a for a in ALERTS}
+    out = []
+    for alert, series, at, expected in CASES:
+        spec = by_alert[alert]
+        exp = []
+        for labels, value in expected:
+            annotations = {k: _render(v, labels, value)
+                           for k, v in rules_annotations(spec).items()}
+            exp.append({"exp_labels": {**labels, **spec["labels"]},
+                        "exp_annotations": annotations})
+        out.append({"interval": "1m",
+                    "input_series": [{"series": s, "values": v} for s, v in series],
+                    "alert_rule_test": [{"eval_time": at, "alertname": alert,
+                                         "exp_alerts": exp}]})
+    return {"rule_files": [RULES_FILE.name], "evaluation_interval": "1m", "tests": out}
+
+
+def rules_annotations(alert: dict[str, Any]) -> dict[str, str]:
+    return {**alert["annotations"], "runbook_url": f"{RUNBOOK}#{alert['alert'].lower()}"}
+
+
+def _render(template: str, labels: dict[str, str], value: float) -> str:
+    """The subset of Prometheus templating the annotations use: $labels.x and $value."""
+    text = template
+    for name, v in labels.items():
+        text = text.replace(f"{{{{ $labels.{name} }}}}", v)
+    return text.replace("{{ $value }}", f"{value:g}")
+
+
+def rules() -> dict[str, Any]:
+    """The rule file's content."""
+    alerts = [{**alert, "annotations": rules_annotations(alert)} for alert in ALERTS]
+    return {"groups": [
+        {"name": "ragmon.recording", "interval": "30s",
+         "rules": [{"record": name, "expr": expr} for name, expr in RECORDING]},
+        {"name": "ragmon.alerts", "rules": alerts},
+    ]}
+
+
+TESTS_FILE = HERE / "ragmon-rules.test.yml"
+
+
+def render() -> dict[Path, str]:
+    """Every generated file and its content."""
+    header = "# Generated by alerts/generate.py from one source; edit that, not this.\n"
+    dump = lambda doc: header + yaml.safe_dump(doc, sort_keys=False, width=100)  # noqa: E731
+    return {RULES_FILE: dump(rules()), TESTS_FILE: dump(tests())}
+
+
+def main() -> int:
+    for path, text in render().items():
+        path.write_text(text)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Alert rules: generated from one source, valid for promtool, every alert unit-tested,
+every metric they use exported, every runbook anchor present, Alertmanager config valid."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from monitor.export import METRICS
+
+ALERTS = Path(__file__).resolve().parents[1] / "alerts"
+sys.path.insert(0, str(ALERTS))
+import generate  # noqa: E402 - the rules' single source lives beside the rule files
+
+needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None,
+                                    reason="promtool (Debian prometheus) not installed")
+
+
+def test_committed_files_equal_the_generator_output():
+    for path, text in generate.render().items():
+        assert path.read_text() == text, f"{path.name} is stale: run alerts/generate.py"
+
+
+@needs_promtool
+def test_promtool_checks_the_rules():
+    done = subprocess.run(["promtool", "check", "rules", "ragmon-rules.yml"], cwd=ALERTS,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@needs_promtool
+def test_promtool_unit_tests_pass():
+    done = subprocess.run(["promtool", "test", "rules", "ragmon-rules.test.yml"], cwd=ALERTS,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_alert_has_a_firing_and_a_silent_case_and_a_runbook_entry():
+    runbook = (ALERTS / "RUNBOOK.md").read_text()
+    for alert in generate.ALERTS:
+        name = alert["alert"]
+        cases = [c for c in generate.CASES if c[0] == name]
+        assert any(c[3] for c in cases), f"{name} has no firing case"
+        if name != "RagmonWatchdog":
+            assert any(not c[3] for c in cases), f"{name} has no silent case"
+        assert f"\n## {name}\n" in runbook
+        assert {"summary", "description"} <= set(alert["annotations"])
+        assert alert["labels"]["severity"] in ("critical", "warning", "info")
+
+
+def test_rules_use_only_exported_metrics():
+    exported = set(METRICS) | {m.removesuffix("_total") for m in METRICS}
+    recorded = {name for name, _ in generate.RECORDING}
+    exprs = [expr for _, expr in generate.RECORDING] + [a["expr"] for a in generate.ALERTS]
+    for expr in exprs:
+        for name in re.findall(r"\bragmon_[a-z_]+", expr):
+            assert name in exported, f"{name} is not exported by monitor.export"
+        for name in re.findall(r"\b[a-z_]+:[a-z_]+:[a-z0-9_]+", expr):
+            assert name in recorded, f"{name} is not a recording rule"
+
+
+def test_drift_descriptions_name_release_and_slice():
+    for alert in generate.ALERTS:
+        if "ragmon_drift_alarm" in alert["expr"]:
+            text = alert["annotations"]["description"]
+            assert "$labels.release" in text and "$labels.dimension" in text
+            assert "$labels.value" in text
+
+
+@pytest.mark.skipif(shutil.which("amtool") is None, reason="amtool not installed")
+def test_alertmanager_example_config_is_valid():
+    done = subprocess.run(["amtool", "check-config", "alertmanager.yml"], cwd=ALERTS,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
