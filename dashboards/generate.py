@@ -1,0 +1,274 @@
+"""One source for ragmon's Grafana dashboards and their provisioning files.
+
+    python dashboards/generate.py   # rewrites dashboards/*.json and dashboards/provisioning/
+
+Plain dicts, no SDK: the JSON stays reviewable and the committed files must equal this
+script's output (tests/test_dashboards.py), which also checks that every metric a
+query uses is one `monitor.export.METRICS` declares.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+DS = {"type": "prometheus", "uid": "${datasource}"}
+REL = 'release=~"$release"'
+CELL = 'release=~"$release",dimension=~"$dimension",value=~"$value"'
+TOTAL = 'release=~"$release",dimension="all"'
+RATE = "[$__rate_interval]"
+
+
+def _variables(cells: bool) -> list[dict[str, Any]]:
+    found = [{"name": "datasource", "type": "datasource", "query": "prometheus",
+              "label": "Prometheus"}]
+    queries = [("release", "label_values(ragmon_traces_total, release)")]
+    if cells:
+        queries += [("dimension", 'label_values(ragmon_traces_total{release=~"$release"}, '
+                                  "dimension)"),
+                    ("value", 'label_values(ragmon_traces_total{release=~"$release",'
+                              'dimension=~"$dimension"}, value)')]
+    for name, query in queries:
+        found.append({"name": name, "type": "query", "datasource": DS, "refresh": 2,
+                      "query": {"query": query, "refId": name}, "definition": query,
+                      "includeAll": True, "multi": True, "current": {"text": "All",
+                                                                      "value": "$__all"}})
+    return found
+
+
+def _panel(title: str, targets: list[tuple[str, str]], kind: str = "timeseries",
+           unit: str = "short", stack: bool = False, width: int = 12) -> dict[str, Any]:
+    panel: dict[str, Any] = {
+        "type": kind, "title": title, "datasource": DS,
+        "targets": [{"refId": chr(65 + i), "expr": expr, "legendFormat": legend,
+                     "datasource": DS}
+                    for i, (expr, legend) in enumerate(targets)],
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "gridPos": {"w": width, "h": 8},
+    }
+    if stack:
+        panel["fieldConfig"]["defaults"]["custom"] = {"stacking": {"mode": "percent"}}
+    if kind == "heatmap":
+        panel["targets"][0]["format"] = "heatmap"
+        panel["options"] = {"calculate": False, "yAxis": {"unit": unit}}
+    return panel
+
+
+def _dashboard(uid: str, title: str, panels: list[dict[str, Any]], cells: bool,
+               links: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    x = y = 0
+    for i, panel in enumerate(panels, 1):
+        w = panel["gridPos"]["w"]
+        if x + w > 24:
+            x, y = 0, y + 8
+        panel["id"] = i
+        panel["gridPos"] = {"x": x, "y": y, "w": w, "h": 8}
+        x += w
+    return {
+        "uid": uid, "title": title, "tags": ["ragmon"], "editable": False,
+        "schemaVersion": 39, "version": 1, "refresh": "30s", "timezone": "utc",
+        "time": {"from": "now-6h", "to": "now"},
+        "templating": {"list": _variables(cells)},
+        "links": links or [{"type": "dashboards", "tags": ["ragmon"], "asDropdown": True,
+                            "title": "ragmon"}],
+        "panels": panels,
+    }
+
+
+def overview() -> dict[str, Any]:
+    by_release = "sum by (release)"
+    return _dashboard("ragmon-overview", "RAG decisions — overview", [
+        _panel("Traffic by release", [(f"{by_release} (rate(ragmon_traces_total{{{TOTAL}}}{RATE}))",
+                                       "{{release}}")], unit="reqps"),
+        _panel("Decision mix", [(f"sum by (decision) (rate(ragmon_traces_total{{{TOTAL}}}{RATE}))",
+                                 "{{decision}}")], stack=True),
+        _panel("Answer coverage by release", [(
+            f'{by_release} (rate(ragmon_traces_total{{{TOTAL},decision=~"answer|partial"}}{RATE}))'
+            f" / {by_release} (rate(ragmon_traces_total{{{TOTAL}}}{RATE}))", "{{release}}")],
+            unit="percentunit"),
+        _panel("Reason shares", [(f"sum by (reason) (rate(ragmon_reasons_total{{{TOTAL}}}{RATE}))",
+                                  "{{reason}}")], stack=True),
+        _panel("top_score distribution", [(
+            f'sum by (le) (rate(ragmon_signal_bucket{{{TOTAL},signal="top_score"}}{RATE}))',
+            "{{le}}")], kind="heatmap"),
+        _panel("Gate leaks (incidents)", [(
+            f"{by_release} (increase(ragmon_gate_leaks_total{{{TOTAL}}}{RATE}))", "{{release}}")]),
+        _panel("Latency p50 / p95", [
+            (f"histogram_quantile(0.5, sum by (le) (rate(ragmon_latency_seconds_bucket{{{TOTAL}}}"
+             f"{RATE})))", "p50"),
+            (f"histogram_quantile(0.95, sum by (le) (rate(ragmon_latency_seconds_bucket{{{TOTAL}}}"
+             f"{RATE})))", "p95")], unit="s"),
+        _panel("Cost per request", [(
+            f"{by_release} (rate(ragmon_request_cost_sum{{{TOTAL}}}{RATE})) / {by_release} "
+            f"(rate(ragmon_request_cost_count{{{TOTAL}}}{RATE}))", "{{release}}")]),
+    ], cells=False)
+
+
+def drift() -> dict[str, Any]:
+    stream = f'{CELL},signal=~"$signal"'
+    board = _dashboard("ragmon-drift", "RAG decisions — drift", [
+        _panel("Statistic vs threshold", [
+            (f"ragmon_drift_statistic{{{stream}}}",
+             "{{release}} {{dimension}}={{value}} {{signal}} {{direction}}"),
+            (f"ragmon_drift_threshold{{{stream}}}",
+             "threshold {{release}} {{dimension}}={{value}} {{signal}} {{direction}}")],
+            width=24),
+        _panel("Alarms now", [(f"ragmon_drift_alarm{{{stream}}} == 1",
+                               "{{release}} {{dimension}}={{value}} {{signal}} {{direction}}")],
+               kind="table"),
+        _panel("Slices ranked by drift (statistic / threshold)", [(
+            f'topk(20, ragmon_drift_statistic{{{REL},signal=~"$signal"}} '
+            f'/ ragmon_drift_threshold{{{REL},signal=~"$signal"}})',
+            "{{release}} {{dimension}}={{value}} {{signal}} {{direction}}")], kind="table"),
+        _panel("Current distribution (buckets)", [(
+            f'sum by (le) (rate(ragmon_signal_bucket{{{CELL},signal=~"$signal"}}{RATE}))',
+            "{{le}}")], kind="heatmap"),
+        _panel("Distance to the reference (latest window)", [(
+            f'ragmon_drift_distance{{{CELL},signal=~"$signal"}}',
+            "{{signal}} {{measure}} {{dimension}}={{value}}")]),
+        _panel("Alarms raised (exemplars link to traces)", [(
+            f"sum by (release, signal, direction) (increase(ragmon_drift_alarms_total{{{stream}}}"
+            f"{RATE}))", "{{release}} {{signal}} {{direction}}")]),
+        _panel("Recalibration required", [(f"ragmon_recalibration_required{{{REL}}}",
+                                           "{{release}}")], kind="stat"),
+        _panel("Reference profiles", [(f"ragmon_reference_info{{{REL}}}", "{{release}}"),
+                                      (f"ragmon_reference_traces{{{REL}}}", "{{release}}")],
+               kind="table"),
+    ], cells=True)
+    board["templating"]["list"].append({
+        "name": "signal", "type": "query", "datasource": DS, "refresh": 2,
+        "query": {"query": "label_values(ragmon_drift_statistic, signal)", "refId": "signal"},
+        "definition": "label_values(ragmon_drift_statistic, signal)", "includeAll": True,
+        "multi": True, "current": {"text": "All", "value": "$__all"}})
+    board["panels"][5]["options"] = {"exemplars": True}
+    return board
+
+
+def quality() -> dict[str, Any]:
+    by = "sum by (release, dimension, value)"
+
+    def share(num: str, den: str) -> str:
+        return f"{by} (rate({num}{RATE})) / {by} (rate({den}{RATE}))"
+
+    return _dashboard("ragmon-quality", "RAG decisions — answer coverage and quality", [
+        _panel("Answer coverage", [(share(
+            f'ragmon_traces_total{{{CELL},decision=~"answer|partial"}}',
+            f"ragmon_traces_total{{{CELL}}}"), "{{release}} {{dimension}}={{value}}")],
+            unit="percentunit"),
+        _panel("Full-answer rate", [(share(
+            f'ragmon_traces_total{{{CELL},decision="answer"}}',
+            f"ragmon_traces_total{{{CELL}}}"), "{{release}} {{dimension}}={{value}}")],
+            unit="percentunit"),
+        _panel("Requirement coverage (mean)", [(share(
+            f"ragmon_requirement_coverage_total{{{CELL}}}",
+            f'ragmon_requirements_total{{{CELL},outcome="all"}}'),
+            "{{release}} {{dimension}}={{value}}")], unit="percentunit"),
+        _panel("All required parts covered (share)", [(share(
+            f'ragmon_requirements_total{{{CELL},outcome="complete"}}',
+            f'ragmon_requirements_total{{{CELL},outcome="all"}}'),
+            "{{release}} {{dimension}}={{value}}")], unit="percentunit"),
+        _panel("Top missing requirements", [(
+            f"topk(10, sum by (requirement) (increase(ragmon_missing_requirements_total{{{CELL}}}"
+            f"{RATE})))", "{{requirement}}")], kind="table"),
+        _panel("Self-check reject and verbatim failure rates", [
+            (share(f'ragmon_checks_total{{{CELL},check="self_check_reject"}}',
+                   f'ragmon_checks_total{{{CELL},check=~"self_check_pass|self_check_reject"}}'),
+             "self-check reject {{release}} {{dimension}}={{value}}"),
+            (share(f'ragmon_checks_total{{{CELL},check="verbatim_failure"}}',
+                   f'ragmon_checks_total{{{CELL},check="citation"}}'),
+             "verbatim failure {{release}} {{dimension}}={{value}}")], unit="percentunit"),
+        _panel("Label-based rates", [
+            (share(f'ragmon_label_outcomes_total{{{CELL},outcome="answered_uc_true"}}',
+                   f'ragmon_label_outcomes_total{{{CELL},outcome="answered_uc_known"}}'),
+             "unsupported answer rate {{release}}"),
+            (share(f'ragmon_label_outcomes_total{{{CELL},outcome="abstained_answerable_true"}}',
+                   f'ragmon_label_outcomes_total{{{CELL},'
+                   f'outcome="abstained_answerable_known"}}'),
+             "false abstention rate {{release}}"),
+            (f'{by} (ragmon_label_outcomes_total{{{CELL},outcome="labelled"}})',
+             "labelled traces {{release}}")]),
+        _panel("Cost per answered request", [(
+            f"sum by (release) (rate(ragmon_request_cost_sum{{{TOTAL}}}{RATE})) / sum by "
+            f'(release) (rate(ragmon_traces_total{{{TOTAL},decision=~"answer|partial"}}{RATE}))',
+            "{{release}}")]),
+    ], cells=True)
+
+
+def health() -> dict[str, Any]:
+    return _dashboard("ragmon-health", "ragmon health", [
+        _panel("Messages by outcome", [(
+            f"sum by (outcome) (rate(ragmon_input_messages_total{RATE}))", "{{outcome}}")],
+            unit="reqps"),
+        _panel("Rejected input by reason", [(
+            f"sum by (reason) (rate(ragmon_rejected_total{RATE}))", "{{reason}}")],
+            unit="reqps"),
+        _panel("Dead letters and worker errors", [
+            (f"sum(rate(ragmon_dlq_produced_total{RATE}))", "dead letters"),
+            (f"sum(rate(ragmon_worker_errors_total{RATE}))", "worker errors")]),
+        _panel("Batch time", [(
+            f"sum by (instance) (rate(ragmon_batch_seconds_total{RATE})) / sum by (instance) "
+            f"(rate(ragmon_batches_total{RATE}))", "{{instance}}")], unit="s"),
+        _panel("Staleness (wall clock - newest event)", [(
+            "max by (instance) (ragmon_watermark_lag_seconds)", "{{instance}}")], unit="s"),
+        _panel("Partitions per worker", [("ragmon_partitions_owned", "{{instance}}")]),
+        _panel("Series vs budget", [("ragmon_series", "series {{instance}}"),
+                                    ("ragmon_series_budget", "budget {{instance}}"),
+                                    ("ragmon_series_dropped", "dropped {{instance}}")]),
+        _panel("Redeliveries skipped and checkpoints", [
+            (f"sum(rate(ragmon_redelivered_skipped_total{RATE}))", "redelivered skipped"),
+            (f"sum(rate(ragmon_checkpoints_total{RATE}))", "checkpoints")]),
+    ], cells=False)
+
+
+DASHBOARDS = {"overview": overview, "drift": drift, "quality": quality, "health": health}
+
+DATASOURCE = """\
+# Grafana datasource provisioning: the Prometheus that scrapes ragmon.
+apiVersion: 1
+datasources:
+  - name: Prometheus
+    uid: prometheus
+    type: prometheus
+    access: proxy
+    url: http://prometheus:9090
+    isDefault: true
+    jsonData:
+      exemplarTraceIdDestinations:
+        - name: trace_id
+          datasourceUid: tempo
+"""
+PROVIDER = """\
+# Grafana dashboard provider: loads dashboards/*.json (mount this folder there).
+apiVersion: 1
+providers:
+  - name: ragmon
+    folder: ragmon
+    type: file
+    disableDeletion: true
+    allowUiUpdates: false
+    options:
+      path: /var/lib/grafana/dashboards/ragmon
+"""
+
+
+def render() -> dict[Path, str]:
+    files = {HERE / f"ragmon-{name}.json": json.dumps(build(), indent=2) + "\n"
+             for name, build in DASHBOARDS.items()}
+    files[HERE / "provisioning" / "datasource.yml"] = DATASOURCE
+    files[HERE / "provisioning" / "dashboards.yml"] = PROVIDER
+    return files
+
+
+def main() -> int:
+    for path, text in render().items():
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Grafana dashboards: generated from one source, structurally valid for provisioning,
+and every metric their queries use is one ragmon exports."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
+from monitor.export import METRICS
+
+DASHBOARDS = Path(__file__).resolve().parents[1] / "dashboards"
+sys.path.insert(0, str(DASHBOARDS))
+import generate  # noqa: E402 - the dashboards' single source lives beside them
+
+SUFFIXES = ("_bucket", "_sum", "_count", "_total")
+
+
+def _boards() -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(DASHBOARDS.glob("ragmon-*.json"))]
+
+
+def test_committed_files_equal_the_generator_output():
+    for path, text in generate.render().items():
+        assert path.read_text() == text, f"{path.name} is stale: run dashboards/generate.py"
+
+
+def test_dashboards_are_structurally_valid_for_provisioning():
+    boards = _boards()
+    assert {b["uid"] for b in boards} == {"ragmon-overview", "ragmon-drift", "ragmon-quality",
+                                          "ragmon-health"}
+    for board in boards:
+        names = [v["name"] for v in board["templating"]["list"]]
+        assert names[0] == "datasource" and "release" in names
+        ids = [p["id"] for p in board["panels"]]
+        assert len(ids) == len(set(ids))
+        for panel in board["panels"]:
+            assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+            assert set(panel["gridPos"]) == {"x", "y", "w", "h"}
+            assert panel["gridPos"]["x"] + panel["gridPos"]["w"] <= 24
+            assert panel["targets"] and all(t["refId"] and t["expr"] for t in panel["targets"])
+            for target in panel["targets"]:
+                if "rate(" in target["expr"] or "increase(" in target["expr"]:
+                    assert "[$__rate_interval]" in target["expr"], target["expr"]
+    for name in ("datasource.yml", "dashboards.yml"):
+        doc = yaml.safe_load((DASHBOARDS / "provisioning" / name).read_text())
+        assert doc["apiVersion"] == 1
+
+
+def test_every_metric_in_a_query_is_exported():
+    exported = {m.removesuffix("_total") for m in METRICS}
+    for board in _boards():
+        queries = [t["expr"] for p in board["panels"] for t in p["targets"]]
+        queries += [v["definition"] for v in board["templating"]["list"] if "definition" in v]
+        for query in queries:
+            for name in re.findall(r"\bragmon_[a-z_]+", query):
+                base = name
+                for suffix in SUFFIXES:
+                    base = base.removesuffix(suffix)
+                assert base in exported, f"{name} in {board['uid']} is not exported"
