@@ -31,6 +31,7 @@ from monitor.aggregate import TOTAL, Cell, CellKey, Table
 from monitor.contract import DECISIONS
 from monitor.derive import ratio
 from monitor.drift import DriftView
+from monitor.ingest import REASONS
 from monitor.layout import CLAIM_KINDS, LABEL_COUNTS, Histogram, Layout
 from monitor.pipeline import Pipeline
 from monitor.reference import COMPONENT_NAMES
@@ -318,8 +319,10 @@ def _health(snap: Snapshot, budget: int) -> list[Any]:
         _counter("ragmon_input_messages", "Decision messages by outcome.", ["outcome"],
                  [((k,), v) for k, v in sorted(snap.input.items())
                   if k != "content_fields_dropped"]),
+        # Every reason from the start (zero until seen): rate() and alerts need the series.
         _counter("ragmon_rejected", "Rejected decision messages by reason.", ["reason"],
-                 [((k,), v) for k, v in sorted(snap.rejected.items())]),
+                 [((k,), v) for k, v in sorted({**dict.fromkeys(REASONS, 0),
+                                                **snap.rejected}.items())]),
         _counter("ragmon_content_fields_dropped", "Content fields dropped at ingest.", [],
                  [((), snap.input.get("content_fields_dropped", 0))]),
         _counter("ragmon_label_events", "Label and feedback events by kind and outcome.",

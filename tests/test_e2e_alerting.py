@@ -1,0 +1,137 @@
+"""End to end on loopback with real processes: embedded broker, `ragmon worker`, Prometheus
+(1 s scrapes, ragmon's rules) and Alertmanager posting to a webhook in this test.
+
+A steady phase raises nothing but the watchdog; an embedding shift then makes
+RagmonRetrievalScoreDrift arrive at the webhook with release and slice labels; every
+panel query of every dashboard returns data from that Prometheus.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from test_worker import broker, scrape, start_worker, stop, wait_for  # noqa: F401 - fixture
+
+from monitor.broker import free_port
+from monitor.client import produce
+from monitor.settings import load
+from monitor.simulate import Simulator
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("prometheus") is None
+                       or shutil.which("prometheus-alertmanager") is None,
+                       reason="Debian prometheus and prometheus-alertmanager are needed"),
+]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class _Webhook(BaseHTTPRequestHandler):
+    received: ClassVar[list[dict]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).received.extend(json.loads(body)["alerts"])
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(args, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+
+
+def _query(port: int, expr: str) -> list[dict]:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())["data"]["result"]
+
+
+def _names(alerts: list[dict]) -> set[str]:
+    return {a["labels"]["alertname"] for a in alerts if a.get("status") == "firing"}
+
+
+def test_drift_alert_reaches_the_webhook_and_every_panel_has_data(broker, tmp_path):  # noqa: F811
+    hook = HTTPServer(("127.0.0.1", free_port()), _Webhook)
+    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    _Webhook.received = []
+    worker, metrics = start_worker(broker, tmp_path, env={
+        "RAGMON_WINDOW_SECONDS": "10", "RAGMON_ALLOWED_LATENESS_SECONDS": "5",
+        "RAGMON_SLICE_DIMENSIONS": "language"})
+    am_port, prom_port = free_port(), free_port()
+    (tmp_path / "am.yml").write_text(json.dumps({
+        "route": {"receiver": "hook", "group_by": ["alertname", "release"], "group_wait": "1s",
+                  "group_interval": "1s", "repeat_interval": "1h"},
+        "receivers": [{"name": "hook", "webhook_configs": [
+            {"url": f"http://127.0.0.1:{hook.server_port}/", "send_resolved": False}]}]}))
+    shutil.copy(ROOT / "alerts" / "ragmon-rules.yml", tmp_path / "rules.yml")
+    (tmp_path / "prom.yml").write_text(json.dumps({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": ["rules.yml"],
+        "alerting": {"alertmanagers": [{"static_configs": [
+            {"targets": [f"127.0.0.1:{am_port}"]}]}]},
+        "scrape_configs": [{"job_name": "ragmon", "static_configs": [
+            {"targets": [f"127.0.0.1:{metrics}"]}]}]}))
+    alertmanager = _start(["prometheus-alertmanager", f"--config.file={tmp_path / 'am.yml'}",
+                           f"--storage.path={tmp_path / 'am'}", "--cluster.listen-address=",
+                           f"--web.listen-address=127.0.0.1:{am_port}"], tmp_path / "am.log")
+    prometheus = _start(["prometheus", f"--config.file={tmp_path / 'prom.yml'}",
+                         f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                         f"--web.listen-address=127.0.0.1:{prom_port}"], tmp_path / "prom.log")
+    try:
+        settings = load(bootstrap_servers=broker.bootstrap)
+        # Event time ends about now, so the windows close as the traces arrive.
+        start = datetime.now(UTC) - timedelta(seconds=150)
+        sim = Simulator(seed=9, scenario="embedding_shift", change_at=10_000, rate=100.0,
+                        start=start)
+        produce(settings, settings.topic_decisions, list(sim.traces(10_000)))
+        top = (("dimension", "all"), ("direction", "down"), ("release", "2026.11.3"),
+               ("signal", "top_score"), ("value", "all"))
+        wait_for(lambda: math.isfinite(scrape(metrics).get(("ragmon_drift_threshold", top),
+                                                          math.inf)),
+                 timeout=240, what="calibrated thresholds")
+        wait_for(lambda: "RagmonWatchdog" in _names(_Webhook.received), timeout=60,
+                 what="the watchdog at the webhook")
+        time.sleep(5)  # steady: nothing else may fire
+        assert _names(_Webhook.received) == {"RagmonWatchdog"}
+
+        # The same simulator goes on past its change point (event time continues).
+        produce(settings, settings.topic_decisions, list(sim.traces(6_000)))
+        wait_for(lambda: "RagmonRetrievalScoreDrift" in _names(_Webhook.received),
+                 timeout=120, what="RagmonRetrievalScoreDrift at the webhook")
+        drift = [a["labels"] for a in _Webhook.received
+                 if a["labels"]["alertname"] == "RagmonRetrievalScoreDrift"]
+        assert {"release", "dimension", "value", "signal", "direction"} <= set(drift[0])
+        assert any(a["dimension"] == "language" for a in drift)
+        assert {a["release"] for a in drift} <= {"2026.11.3", "2026.12.1"}
+
+        empty = []
+        for board in sorted((ROOT / "dashboards").glob("ragmon-*.json")):
+            for panel in json.loads(board.read_text())["panels"]:
+                for target in panel["targets"]:
+                    expr = (target["expr"].replace("$__rate_interval", "1m")
+                            .replace('"$release"', '".*"').replace('"$dimension"', '".*"')
+                            .replace('"$value"', '".*"').replace('"$signal"', '".*"'))
+                    if not _query(prom_port, expr):
+                        empty.append(f"{board.stem}: {panel['title']}: {expr}")
+        assert not empty, "\n".join(empty)
+    finally:
+        for process in (prometheus, alertmanager):
+            process.terminate()
+            process.wait(timeout=15)
+        stop(worker)
+        hook.shutdown()
