@@ -77,3 +77,18 @@ def test_alertmanager_example_config_is_valid():
     done = subprocess.run(["amtool", "check-config", "alertmanager.yml"], cwd=ALERTS,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_grafana_alerting_mirrors_the_prometheus_rules():
+    import yaml
+
+    doc = yaml.safe_load(generate.GRAFANA_FILE.read_text())
+    grafana_rules = {r["title"]: r for r in doc["groups"][0]["rules"]}
+    assert set(grafana_rules) == {a["alert"] for a in generate.ALERTS}
+    for alert in generate.ALERTS:
+        mirrored = grafana_rules[alert["alert"]]
+        assert mirrored["data"][0]["model"]["expr"] == alert["expr"]
+        assert mirrored["labels"] == alert["labels"]
+        assert mirrored["annotations"]["runbook_url"].endswith(alert["alert"].lower())
+    assert len({r["uid"] for r in grafana_rules.values()}) == len(grafana_rules)
+    assert doc["policies"][0]["receiver"] == doc["contactPoints"][0]["name"]
