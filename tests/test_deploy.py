@@ -1,0 +1,68 @@
+"""Deploy files, validated offline (no Docker engine here): compose config, Kubernetes
+schemas (strict), the PrometheusRule's rules through promtool, mounts that exist."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+
+
+@pytest.mark.skipif(shutil.which("docker-compose") is None,
+                    reason="Debian docker-compose not installed")
+def test_compose_file_is_valid():
+    done = subprocess.run(["docker-compose", "-f", "compose.yml", "config", "-q"], cwd=DEPLOY,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_compose_mounts_and_builds_exist():
+    compose = yaml.safe_load((DEPLOY / "compose.yml").read_text())
+    services = compose["services"]
+    assert {"kafka", "ragmon-worker-1", "ragmon-worker-2", "prometheus", "alertmanager",
+            "grafana"} <= set(services)
+    for service in services.values():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            assert (DEPLOY / source).exists(), source
+    assert (DEPLOY / ".." / services["ragmon-worker-1"]["build"]["dockerfile"]).exists()
+    assert "KAFKA_PROCESS_ROLES" in services["kafka"]["environment"]  # KRaft, no ZooKeeper
+
+
+@pytest.mark.skipif(shutil.which("kubernetes-validate") is None,
+                    reason="kubernetes-validate not installed")
+def test_kubernetes_manifests_validate_strictly():
+    files = sorted(str(p) for p in (DEPLOY / "k8s").glob("*.yaml"))
+    done = subprocess.run(["kubernetes-validate", "--strict", *files], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for kind in ("configmap/ragmon-settings", "deployment/ragmon-worker",
+                 "service/ragmon-worker"):
+        assert f"passed for resource {kind}" in done.stdout + done.stderr
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_prometheus_rule_content_passes_promtool(tmp_path):
+    rule = yaml.safe_load((DEPLOY / "k8s" / "prometheusrule.yaml").read_text())
+    assert rule["kind"] == "PrometheusRule"
+    path = tmp_path / "rules.yml"
+    path.write_text(yaml.safe_dump(rule["spec"]))
+    done = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_service_monitor_scrapes_the_worker_service_port():
+    docs = list(yaml.safe_load_all((DEPLOY / "k8s" / "worker.yaml").read_text()))
+    service = next(d for d in docs if d["kind"] == "Service")
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    monitor = yaml.safe_load((DEPLOY / "k8s" / "servicemonitor.yaml").read_text())
+    ports = {p["name"] for p in service["spec"]["ports"]}
+    assert {e["port"] for e in monitor["spec"]["endpoints"]} <= ports
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["readinessProbe"] and container["livenessProbe"] and container["resources"]
