@@ -123,9 +123,13 @@ def drift() -> dict[str, Any]:
             f'topk(20, ragmon_drift_statistic{{{REL},signal=~"$signal"}} '
             f'/ ragmon_drift_threshold{{{REL},signal=~"$signal"}})',
             "{{release}} {{dimension}}={{value}} {{signal}} {{direction}}")], kind="table"),
-        _panel("Current distribution (buckets)", [(
-            f'sum by (le) (rate(ragmon_signal_bucket{{{CELL},signal=~"$signal"}}{RATE}))',
-            "{{le}}")], kind="heatmap"),
+        _panel("Current vs reference distribution (cumulative share, release total)", [
+            (f'sum by (release, signal, le) (rate(ragmon_signal_bucket{{{TOTAL},'
+             f'signal=~"$signal"}}{RATE})) / ignoring (le) group_left sum by (release, signal) '
+             f'(rate(ragmon_signal_count{{{TOTAL},signal=~"$signal"}}{RATE}))',
+             "now {{release}} {{signal}} le={{le}}"),
+            (f'ragmon_reference_signal_bucket_ratio{{{REL},signal=~"$signal"}}',
+             "reference {{release}} {{signal}} le={{le}}")], unit="percentunit"),
         _panel("Distance to the reference (latest window)", [(
             f'ragmon_drift_distance{{{CELL},signal=~"$signal"}}',
             "{{signal}} {{measure}} {{dimension}}={{value}}")]),

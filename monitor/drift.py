@@ -29,7 +29,7 @@ from typing import Any, Final, NamedTuple
 import numpy as np
 
 from monitor import detectors as det
-from monitor.aggregate import Cell, CellKey, Table
+from monitor.aggregate import TOTAL, Cell, CellKey, Table
 from monitor.layout import Histogram, Layout
 from monitor.reference import Accumulator, Components, Reference
 from monitor.settings import Settings
@@ -88,6 +88,7 @@ class DriftView(NamedTuple):
     alarm_counts: dict[StreamKey, int]
     exemplars: dict[StreamKey, str]
     references: dict[str, dict[str, Any]]       # release -> Reference.describe()
+    reference_totals: dict[str, Cell]           # release -> its reference's total cell
     recalibration: dict[str, list[str]]         # release -> why ([] = no reference yet)
     distances: dict[tuple[str, str, str, str], dict[str, float]]  # cell + signal -> measure
 
@@ -350,6 +351,8 @@ class Drift:
         return DriftView(
             verdicts, dict(self.alarm_counts), dict(self.exemplars),
             {r: ref.describe() for r, ref in self.references.items()},
+            {r: cell for r, ref in self.references.items()
+             if (cell := ref.cell(TOTAL, TOTAL)) is not None},
             {r: list(self.stale.get(r, [])) for r in releases if self.recalibration_required(r)},
             {k: dict(v) for k, v in self.distances.items()},
         )

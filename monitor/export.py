@@ -61,6 +61,7 @@ METRICS: Final = (
     "ragmon_drift_statistic", "ragmon_drift_threshold", "ragmon_drift_alarm",
     "ragmon_drift_alarms_total", "ragmon_drift_distance", "ragmon_drift_insufficient_data",
     "ragmon_reference_info", "ragmon_reference_traces", "ragmon_recalibration_required",
+    "ragmon_reference_signal_bucket_ratio",
 )
 STREAM_LABELS: Final = ("release", "dimension", "value", "signal", "direction")
 _SIGNAL_BUCKETS: Final = 10  # exported buckets per unit-range signal (le=0.1 .. 1.0)
@@ -134,7 +135,7 @@ def families(snap: Snapshot, budget: int) -> list[Metric]:
     drift: list[Metric] = []
     if snap.drift is not None:
         room = budget - fams.series - sum(len(m.samples) for m in health) - 2
-        drift, left_out = _drift(snap.drift, room)
+        drift, left_out = _drift(snap.drift, room, snap.layout)
         dropped += left_out
         health.extend(drift)
     series = fams.series + sum(len(m.samples) for m in health) + 2
@@ -355,7 +356,7 @@ def _health(snap: Snapshot, budget: int) -> list[Any]:
     ]
 
 
-def _drift(view: DriftView, room: int) -> tuple[list[Metric], int]:
+def _drift(view: DriftView, room: int, layout: Layout) -> tuple[list[Metric], int]:
     """Drift families: release totals always, slice streams while `room` lasts; returns the
     families and the number of slice streams left out."""
     labels = list(STREAM_LABELS)
@@ -417,8 +418,20 @@ def _drift(view: DriftView, room: int) -> tuple[list[Metric], int]:
         view.recalibration)
     for release in sorted(releases):
         recalibration.add_metric([release], 1.0 if release in view.recalibration else 0.0)
+    shares = GaugeMetricFamily(
+        "ragmon_reference_signal_bucket_ratio", "Cumulative share of a release's reference "
+        "traces with the signal <= le (the reference's distribution, beside the live one).",
+        labels=["release", "signal", "le"])
+    for release, cell in sorted(view.reference_totals.items()):
+        for name, hist in layout.histograms.items():
+            if name in ("latency_ms", "cost"):
+                continue
+            buckets, _ = _buckets(hist, cell, scale=1.0)
+            total = buckets[-1][1]
+            for le, count in buckets if total else []:
+                shares.add_metric([release, name, le], count / total)
     return [statistic, limit, alarm, insufficient, alarms, distance, info, traces,
-            recalibration], left_out
+            recalibration, shares], left_out
 
 
 def serve(collector: Collector, host: str, port: int) -> CollectorRegistry:
