@@ -112,7 +112,7 @@ def ragmon(kind: str, sign: int) -> Callable[[np.ndarray], Step]:
             if kind == "location":
                 family = det.location(n, mean, var, sign)
             else:
-                family = det.spread(n, mean, var, float(((ref - mean) ** 4).mean()), sign)
+                family = det.spread(n, var, float(((ref - mean) ** 4).mean()), sign)
         d = det.Detector(family, ragmon_threshold(family, W, ARL0 / W))
         if kind == "spread":
             def spread_step(x: np.ndarray) -> bool:

@@ -110,7 +110,7 @@ class GaussMean:
 @dataclass(frozen=True)
 class GammaScale:
     """Scale of a positive per-trace quantity y ~ Gamma(shape, mean / shape): on
-    y = (x - center)^2 a change of the spread of x. The shape comes from the reference's
+    y = (x - mean)^2 a change of the spread of x. The shape comes from the reference's
     kurtosis (shape = var^2 / (m4 - var^2); 1/2 for Gaussian x), which keeps the skew of
     sums of squares - a Gaussian approximation there false-alarms upward.
     G = shape N (r - 1 - log r), r = T / (N mean), on the side of `sign`."""
@@ -119,7 +119,6 @@ class GammaScale:
     shape: float
     sign: int = 1
     n_ref: float = float("inf")
-    center: float = 0.0
     width: int = 1
 
     def glr(self, n: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -213,13 +212,13 @@ def location(n_ref: float, mean: float, var: float, sign: int) -> GaussMean:
     return GaussMean(mean, max(var, 1e-12), sign, n_ref)
 
 
-def spread(n_ref: float, mean: float, var: float, m4: float, sign: int) -> GammaScale:
-    """Change of spread: y = (x - mean)^2 has mean var and variance m4 - var^2 (from the
+def spread(n_ref: float, var: float, m4: float, sign: int) -> GammaScale:
+    """Change of spread: y = (x - mean)^2 has mean `var` and variance m4 - var^2 (from the
     reference, so a non-Gaussian shape is not mistaken for a change). Windows enter
     as `spread_sum`."""
     var = max(var, 1e-12)
     shape = var * var / max(m4 - var * var, 1e-3 * var * var)
-    return GammaScale(var, shape, sign, n_ref, center=mean)
+    return GammaScale(var, shape, sign, n_ref)
 
 
 def spread_sum(n: float, total: float, sum_squares: float) -> tuple[float, float]:

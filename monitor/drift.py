@@ -22,7 +22,7 @@ alarm, not one per window.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, NamedTuple
 
@@ -337,9 +337,6 @@ class Drift:
         return Verdict(statistic, limit, self._is_latched(key, window_start), status,
                        window_start, since)
 
-    def streams(self) -> Iterable[tuple[StreamKey, Verdict]]:
-        return self.verdicts.items()
-
     def view(self) -> DriftView:
         releases = set(self.windows_seen) | set(self.references) | set(self.pending)
         verdicts = {}
@@ -407,7 +404,7 @@ def _spread(hist: Histogram, sign: int) -> Callable[[Cell], tuple[det.Family, fl
         mids = np.concatenate([[edges[0]], (edges[1:] + edges[:-1]) / 2, [edges[-1]]])
         bins = cell.counts[hist.offset: hist.offset + hist.width].astype(np.float64)
         m4 = float((bins * (mids - mean) ** 4).sum() / max(bins.sum(), 1.0))
-        return det.spread(n, mean, var, max(m4, var * var * 1.01), sign), n
+        return det.spread(n, var, max(m4, var * var * 1.01), sign), n
     return build
 
 

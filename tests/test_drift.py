@@ -21,8 +21,8 @@ from monitor.thresholds import arl0_windows, run_lengths, threshold
 FAMILIES = {
     "location up": (det.location(2000, 0.6, 0.02, 1), 20, [12.0], [14.0]),
     "location down": (det.location(2000, 0.6, 0.02, -1), 20, [12.0], [10.0]),
-    "spread up": (det.spread(2000, 0.6, 0.02, 0.0012, 1), 20, [0.4], [1.2]),
-    "spread down": (det.spread(2000, 0.6, 0.02, 0.0012, -1), 20, [0.4], [0.05]),
+    "spread up": (det.spread(2000, 0.02, 0.0012, 1), 20, [0.4], [1.2]),
+    "spread down": (det.spread(2000, 0.02, 0.0012, -1), 20, [0.4], [0.05]),
     "rate up": (det.rate(2000, 40, 1), 100, [2.0], [15.0]),
     "rate down": (det.rate(2000, 1600, -1), 100, [80.0], [50.0]),
     "mix": (det.Multinomial((0.5, 0.3, 0.2), 2000), 100, [50.0, 30.0, 20.0], [10.0, 20.0, 70.0]),
