@@ -130,3 +130,18 @@ def test_broker_outage_never_blocks_and_delivery_resumes(tmp_path):
     finally:
         emitter.close(timeout_seconds=10)
         running.stop()
+
+
+@pytest.mark.integration
+def test_readme_integration_example_runs():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("### Sending decisions from your application", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "'sent': 2" in done.stdout and "I don't know." in done.stdout
