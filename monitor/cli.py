@@ -311,22 +311,29 @@ def _reference(args: argparse.Namespace) -> int:
 
     settings = load(args.config, **_kafka_overrides(args))
     try:
-        if args.action == "list":
-            found = references.listing(settings)
-            if args.json:
-                json.dump(found, sys.stdout, indent=2)
-                sys.stdout.write("\n")
-            else:
-                render.references(found)
-        elif args.action == "freeze":
-            print(references.freeze(settings, args.release, args.traces, args.from_ts,
-                                    args.to_ts, args.out, not args.no_publish))
-        elif args.action == "export":
-            print(references.export(settings, args.release, args.out))
-        else:
-            print(references.import_file(settings, args.file))
+        return _reference_action(args, settings, references)
     except references.ReferenceProblem as exc:
         raise _InputError(str(exc)) from None
+    except Exception as exc:  # kafka-python's errors: say where it could not connect
+        raise _InputError(f"cannot use Kafka at {settings.bootstrap_servers}: {exc!r}") from None
+
+
+def _reference_action(args: argparse.Namespace, settings: Any, references: Any) -> int:
+    """One `ragmon reference` action; errors are the caller's to report."""
+    if args.action == "list":
+        found = references.listing(settings)
+        if args.json:
+            json.dump(found, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            render.references(found)
+    elif args.action == "freeze":
+        print(references.freeze(settings, args.release, args.traces, args.from_ts,
+                                args.to_ts, args.out, not args.no_publish))
+    elif args.action == "export":
+        print(references.export(settings, args.release, args.out))
+    else:
+        print(references.import_file(settings, args.file))
     return 0
 
 
