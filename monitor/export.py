@@ -13,7 +13,8 @@ did not fit is counted in `ragmon_series_dropped`. Label values come from capped
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
 import numpy as np
@@ -77,6 +78,9 @@ class Snapshot(NamedTuple):
     events: dict[str, dict[str, int]]
     health: dict[str, float]
     drift: DriftView | None = None
+    # (cell, decision) -> (otel trace id, event time, top_score) of a recent trace
+    exemplars: Mapping[tuple[CellKey, str], tuple[str, float, float | None]] = \
+        MappingProxyType({})
 
 
 def snapshot_of(pipelines: Sequence[Pipeline], health: dict[str, float],
@@ -103,7 +107,22 @@ def snapshot_of(pipelines: Sequence[Pipeline], health: dict[str, float],
     overflowed = sum(s.overflowed for s in slicers) + sum(c.overflowed for c in caps)
     health = {**health, "watermark": watermark, "overflowed": overflowed}
     return Snapshot(pipelines[0].layout, table.cells(), dict(inputs), dict(rejected),
-                    {kind: dict(counts) for kind, counts in events.items()}, health, drift)
+                    {kind: dict(counts) for kind, counts in events.items()}, health, drift,
+                    _cell_exemplars(pipelines))
+
+
+def _cell_exemplars(pipelines: Sequence[Pipeline],
+                    ) -> dict[tuple[CellKey, str], tuple[str, float, float | None]]:
+    """The newest exemplar of every (cell, decision): a slicing feeds its release total
+    and one cell per slice pair."""
+    found: dict[tuple[CellKey, str], tuple[str, float, float | None]] = {}
+    for pipeline in pipelines:
+        for ((release, pairs), decision), exemplar in list(pipeline.exemplars.items()):
+            for key in ((release, TOTAL, TOTAL), *((release, d, v) for d, v in pairs)):
+                old = found.get((key, decision))
+                if old is None or old[1] < exemplar[1]:
+                    found[(key, decision)] = exemplar
+    return found
 
 
 class Collector(_Collector):
@@ -120,7 +139,7 @@ class Collector(_Collector):
 
 def families(snap: Snapshot, budget: int) -> list[Metric]:
     """Metric families of a snapshot, slice cells only as far as the series budget allows."""
-    fams = _Families(snap.layout)
+    fams = _Families(snap.layout, snap.exemplars)
     totals = [k for k in sorted(snap.cells) if k[1] == TOTAL]
     slices = [k for k in sorted(snap.cells) if k[1] != TOTAL]
     for key in totals:
@@ -148,8 +167,11 @@ def families(snap: Snapshot, budget: int) -> list[Metric]:
 class _Families:
     """Accumulates the per-cell families while counting their series."""
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: Layout,
+                 exemplars: Mapping[tuple[CellKey, str], tuple[str, float, float | None]]
+                 ) -> None:
         self.layout = layout
+        self.exemplars = exemplars
         self.series = 0
         c = CELL_LABELS
         self.traces = CounterMetricFamily(
@@ -213,7 +235,10 @@ class _Families:
         n = cell.counts
         before = self._count()
         for d in DECISIONS:
-            self.traces.add_metric([*labels, d], int(n[col[f"decision_{d}"]]))
+            found = self.exemplars.get((key, d))
+            self.traces.add_metric([*labels, d], int(n[col[f"decision_{d}"]]),
+                                   exemplar=None if found is None else
+                                   Exemplar({"trace_id": found[0]}, 1.0, found[1]))
         for code in self.layout.reasons:
             self.reasons.add_metric([*labels, code], int(n[col[f"reason_{code}"]]))
         for kind in CLAIM_KINDS:
@@ -245,9 +270,28 @@ class _Families:
             elif name == "cost":
                 self.cost.add_metric(labels, buckets, total)
             else:
+                if name == "top_score":
+                    buckets = self._with_exemplar(key, buckets)
                 self.signal.add_metric([*labels, name], buckets, total)
         self._ratios(labels, cell)
         self.series += self._count() - before
+
+    def _with_exemplar(self, key: CellKey, buckets: list[Any]) -> list[Any]:
+        """top_score buckets with the newest traced request's id on the bucket it fell in."""
+        found = [e for d in DECISIONS if (e := self.exemplars.get((key, d))) and e[2] is not None]
+        if not found:
+            return buckets
+        trace_id, ts, top = max(found, key=lambda e: e[1])
+        value = float(top if top is not None else 0.0)
+        out: list[Any] = []
+        placed = False
+        for le, count in buckets:
+            if not placed and count > 0 and (le == "+Inf" or value <= float(le)):
+                out.append((le, count, Exemplar({"trace_id": trace_id}, value, ts)))
+                placed = True
+            else:
+                out.append((le, count))
+        return out
 
     def _ratios(self, labels: list[str], cell: Cell) -> None:
         col, n = self.layout.counts, cell.counts

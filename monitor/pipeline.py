@@ -25,6 +25,7 @@ from monitor.windows import Windows
 
 __all__ = ["INPUT_COUNTERS", "Pipeline"]
 
+_EXEMPLARS_MAX: Final = 10_000
 _COMPONENTS_MAX: Final = 64  # distinct version tuples remembered per release and window
 INPUT_COUNTERS: Final = (
     "read", "valid", "rejected", "duplicates", "late", "folded", "content_fields_dropped",
@@ -64,6 +65,9 @@ class Pipeline:
         # what an alarm on that window points to.
         self.last_traces: dict[int, dict[Slicing, tuple[int, str, float]]] = {}
         self.closed_last_traces: dict[int, dict[Slicing, tuple[int, str, float]]] = {}
+        # The latest OpenTelemetry trace id per (slicing, decision), with its time and
+        # top_score: exported as exemplars so a metric links to traces in Tempo/Jaeger.
+        self.exemplars: dict[tuple[Slicing, str], tuple[str, float, float | None]] = {}
 
     def feed(self, raws: Iterable[bytes]) -> list[tuple[int, Rejection]]:
         """Fold a batch of decision traces; return dead letters (rejected or late) by index."""
@@ -114,6 +118,11 @@ class Pipeline:
             if last is None:
                 last = last_traces[ref.window_start] = {}
             last[ref.slicing] = (base + index, trace.trace_id, ts)
+            if trace.otel is not None and trace.otel.trace_id:
+                if len(self.exemplars) >= _EXEMPLARS_MAX:
+                    self.exemplars.clear()  # bounded: a recent one per slicing is enough
+                self.exemplars[(ref.slicing, trace.decision)] = (
+                    trace.otel.trace_id, ts, trace.signals.get("top_score"))
             if joiner.pending:
                 deltas.extend(joiner.on_trace(trace.trace_id, ref))
         rejected = sum(1 for _, r in dead if r.reason != "late")

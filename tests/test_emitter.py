@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 
 import pytest
 from aiokafka import AIOKafkaConsumer
@@ -89,13 +90,22 @@ def _count_messages(bootstrap: str, topic: str) -> int:
 def test_worker_counts_emitted_decisions(broker, tmp_path):  # noqa: F811
     process, port = start_worker(broker, tmp_path)
     emitter = DecisionEmitter(load(bootstrap_servers=broker.bootstrap))
+    tracer = TracerProvider().get_tracer("app")
     try:
         for i in range(300):
-            assert emitter.decision(release="r1", decision="answer", trace_id=f"e-{i}",
-                                    signals={"top_score": 0.8}, slice={"language": "en"})
+            with tracer.start_as_current_span("request") as span:
+                assert emitter.decision(release="r1", decision="answer", trace_id=f"e-{i}",
+                                        signals={"top_score": 0.8}, slice={"language": "en"})
+        last = format(span.get_span_context().trace_id, "032x")
         assert emitter.flush(timeout_seconds=30)
         assert emitter.counts["sent"] == 300
         wait_for(lambda: outcome(scrape(port), "folded") == 300, what="300 folded")
+        # Grafana jumps from a panel point to the request's trace: OpenMetrics exemplars.
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={
+            "Accept": "application/openmetrics-text; version=1.0.0"})
+        with urllib.request.urlopen(request, timeout=5) as response:
+            text = response.read().decode()
+        assert f'# {{trace_id="{last}"}}' in text
     finally:
         emitter.close()
         stop(process)

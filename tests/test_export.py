@@ -126,3 +126,20 @@ def test_drift_metrics_render_alarms_with_exemplars_and_recalibration():
     assert not any(name == "ragmon_drift_alarm" and ("dimension", "all") not in labels
                    for name, labels in small)
     assert small[("ragmon_series_dropped", ())] > 0
+
+
+def test_openmetrics_exemplars_carry_the_traces_otel_ids():
+    p = Pipeline(load())
+    traces = list(Simulator(seed=4, scenario="steady").traces(2_000))
+    p.feed(traces)
+    emitted = {json.loads(t)["otel"]["trace_id"] for t in traces if "otel" in json.loads(t)}
+    assert emitted
+    text = generate_openmetrics(scrape(p)).decode()
+    counter = [x for x in text.splitlines()
+               if x.startswith("ragmon_traces_total") and "# {" in x]
+    bucket = [x for x in text.splitlines()
+              if x.startswith("ragmon_signal_bucket") and 'signal="top_score"' in x and "# {" in x]
+    assert counter and bucket
+    for line in counter + bucket:
+        trace_id = line.split('trace_id="', 1)[1].split('"', 1)[0]
+        assert trace_id in emitted
