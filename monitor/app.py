@@ -30,7 +30,7 @@ import faust
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.helpers import create_ssl_context
 
-from monitor import checkpoint
+from monitor import checkpoint, telemetry
 from monitor.backtest import to_record
 from monitor.client import connection
 from monitor.drift import Drift, DriftConfig, DriftView
@@ -86,8 +86,14 @@ class Worker:
         self.watch = Watch(self.drift, settings.window_seconds, settings.allowed_lateness_seconds)
         self.references_loaded = False
         self.drift_view: DriftView = self.drift.view()
+        self.tracer = telemetry.tracer(settings)
 
     async def fold(self, events: Sequence[Any], kind: str) -> None:
+        with self.tracer.start_as_current_span(
+                "ragmon.batch", attributes={"ragmon.kind": kind, "ragmon.events": len(events)}):
+            await self._fold_batch(events, kind)
+
+    async def _fold_batch(self, events: Sequence[Any], kind: str) -> None:
         started = time.perf_counter()
         if not self.references_loaded:
             await self._retrying(self._load_references, "loading references")
@@ -121,8 +127,9 @@ class Worker:
         frozen_before = dict(self.drift.references)
         pipelines = [state.pipeline for state in self.states.values()]
         try:
-            raised = self.watch.run(pipelines)
-            self.drift_view = self.drift.view()
+            with self.tracer.start_as_current_span("ragmon.detect"):
+                raised = self.watch.run(pipelines)
+                self.drift_view = self.drift.view()
         except Exception:  # detection must never stop the fold
             log.exception("drift detection failed")
             self.health["errors"] += 1
@@ -224,16 +231,21 @@ class Worker:
               kind: str) -> list[tuple[int, Rejection]]:
         raws = [e.value if isinstance(e.value, bytes) else b"" for e in events]
         try:
-            if kind == "decisions":
-                dead = pipeline.feed(raws)
-                self.watch.collect(pipeline, pipeline.close_ready())
-                return dead
-            return pipeline.feed_events(raws, kind)
+            with self.tracer.start_as_current_span("ragmon.fold"):
+                return self._fold_raws(pipeline, raws, kind)
         except Exception as exc:  # the one broad except: a bad batch must not stop the stream
             log.exception("batch of %d %s failed", len(raws), kind)
             self.health["errors"] += 1
             return [(i, Rejection("worker_error", repr(exc)[:200], raw, 0))
                     for i, raw in enumerate(raws)]
+
+    def _fold_raws(self, pipeline: Pipeline, raws: list[bytes],
+                   kind: str) -> list[tuple[int, Rejection]]:
+        if kind == "decisions":
+            dead = pipeline.feed(raws)
+            self.watch.collect(pipeline, pipeline.close_ready())
+            return dead
+        return pipeline.feed_events(raws, kind)
 
     async def _checkpoint(self, partition: int, state: PartitionState) -> None:
         blob = checkpoint.dump(state.pipeline, state.offsets)
@@ -320,7 +332,8 @@ class Worker:
             pipelines = [Pipeline(self.settings, self.slicer, self.admit_missing)]
         watermark = max(p.windows.watermark for p in pipelines)
         self.health["watermark_lag"] = max(time.time() - watermark, 0.0) if watermark > 0 else 0
-        self.collector.current = snapshot_of(pipelines, self.health, self.drift_view)
+        with self.tracer.start_as_current_span("ragmon.export"):
+            self.collector.current = snapshot_of(pipelines, self.health, self.drift_view)
 
 
 def _aiokafka_options(settings: Settings) -> dict[str, Any]:

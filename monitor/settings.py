@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -101,6 +102,10 @@ class Settings(BaseSettings):
     false_alarm_days_by_family: dict[str, float] = Field(default_factory=dict)
     alarm_hold_windows: int = Field(default=30, ge=1)
     topic_references: str = "ragmon.references"
+    # Self-tracing: the standard OpenTelemetry switch (the SDK reads OTEL_EXPORTER_OTLP_*).
+    otel_traces_exporter: str | None = Field(
+        default=None, validation_alias=AliasChoices("otel_traces_exporter",
+                                                    "OTEL_TRACES_EXPORTER"))
     signals: dict[str, SignalRange] = Field(
         default_factory=lambda: {
             "top_score": _UNIT,

@@ -13,7 +13,7 @@ ORDER = [
     "dedupe", "labels", "derive", "detectors", "thresholds", "reference", "drift", "pipeline",
     "watch", "backtest", "summary", "checkpoint", "export", "simulate",
     "render",
-    "broker", "client", "references", "app", "demo", "cli",
+    "broker", "client", "references", "telemetry", "app", "demo", "cli",
 ]
 THIRD_PARTY_HOMES = {
     "faust": {"app"}, "prometheus_client": {"export"}, "kafka": {"client"},
