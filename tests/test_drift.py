@@ -10,11 +10,12 @@ import pytest
 from monitor import detectors as det
 from monitor.backtest import Backtest
 from monitor.cli import main
-from monitor.drift import Drift, DriftConfig, stream_specs
+from monitor.drift import Drift, DriftConfig
 from monitor.layout import from_settings
 from monitor.reference import Accumulator, from_bytes
 from monitor.settings import load
 from monitor.simulate import Simulator
+from monitor.streams import stream_specs
 from monitor.thresholds import arl0_windows, run_lengths, threshold
 
 # (family, window n, null statistic per window, a strong change in the family's direction)

@@ -10,8 +10,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "monitor"
 # Left to right: a module may import only modules to its left. cli wires; nothing imports it.
 ORDER = [
     "contract", "settings", "ingest", "slices", "layout", "encode", "aggregate", "windows",
-    "dedupe", "labels", "derive", "detectors", "thresholds", "reference", "drift", "pipeline",
-    "watch", "backtest", "summary", "checkpoint", "export", "simulate",
+    "dedupe", "labels", "derive", "detectors", "thresholds", "reference", "streams", "drift",
+    "pipeline", "watch", "backtest", "summary", "checkpoint", "export", "simulate",
     "render",
     "broker", "client", "references", "telemetry", "app", "demo", "cli",
 ]
