@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import numpy as np
 from river import drift as river_drift
@@ -162,9 +163,10 @@ def windowed(kind: str, sign: int, h: float) -> Callable[[np.ndarray], Step]:
     return make
 
 
-def adwin(delta: float) -> Callable[[np.ndarray], Step]:
+def _per_trace(detector: Callable[[], Any]) -> Callable[[np.ndarray], Step]:
+    """A River detector, fed every trace of a window; the window alarms if any trace did."""
     def make(_ref: np.ndarray) -> Step:
-        d = river_drift.ADWIN(delta=delta)
+        d = detector()
 
         def step(x: np.ndarray) -> bool:
             hit = False
@@ -174,20 +176,15 @@ def adwin(delta: float) -> Callable[[np.ndarray], Step]:
             return hit
         return step
     return make
+
+
+def adwin(delta: float) -> Callable[[np.ndarray], Step]:
+    return _per_trace(lambda: river_drift.ADWIN(delta=delta))
 
 
 def page_hinkley(sign: int, h: float) -> Callable[[np.ndarray], Step]:
-    def make(_ref: np.ndarray) -> Step:
-        d = river_drift.PageHinkley(threshold=h, mode="up" if sign > 0 else "down")
-
-        def step(x: np.ndarray) -> bool:
-            hit = False
-            for v in x.tolist():
-                d.update(v)
-                hit = hit or d.drift_detected
-            return hit
-        return step
-    return make
+    return _per_trace(lambda: river_drift.PageHinkley(threshold=h,
+                                                      mode="up" if sign > 0 else "down"))
 
 
 # ---- measurement -------------------------------------------------------------------------

@@ -121,6 +121,7 @@ class Drift:
         self.calibrate_inline = calibrate_inline
         self.calibrated = True
         self.specs = stream_specs(layout)
+        self.spec_of = {(spec.signal, spec.direction): spec for spec in self.specs}
         self.references: dict[str, Reference] = {}
         self.pending: dict[str, Accumulator] = {}
         self.detectors: dict[StreamKey, det.Detector] = {}
@@ -144,8 +145,9 @@ class Drift:
         self.references[release] = reference
         self.pending.pop(release, None)
         self._drop_streams(release)
+        cells = {(k[1], k[2]) for k in reference.table.keys}
         for spec in self.specs:
-            for dimension, value in {(k[1], k[2]) for k in reference.table.keys}:
+            for dimension, value in cells:
                 cell = reference.cell(dimension, value)
                 built = None if cell is None else spec.build(cell)
                 if built is None or built[1] < self.config.min_reference_traces:
@@ -178,16 +180,15 @@ class Drift:
         fold goes on (detectors wait with an infinite threshold: insufficient data)."""
         detectors = list(self.detectors.items())  # the fold may add streams meanwhile
         per_family: dict[str, int] = {}
-        family_of = {(s.signal, s.direction): s.family for s in self.specs}
         for key, _ in detectors:
-            fam = family_of[(key.signal, key.direction)]
+            fam = self.spec_of[(key.signal, key.direction)].family
             per_family[fam] = per_family.get(fam, 0) + 1
         for key, detector in detectors:
             n = max(self.window_n[key], 1e-9)
             if self.config.arl0_traces is not None:
                 budget = self.config.arl0_traces / n
             else:
-                fam = family_of[(key.signal, key.direction)]
+                fam = self.spec_of[(key.signal, key.direction)].family
                 days = self.config.false_alarm_days_by_family.get(
                     fam, self.config.false_alarm_days)
                 budget = arl0_windows(days, per_family[fam], self.config.window_seconds)
@@ -235,7 +236,6 @@ class Drift:
     def _detect(self, release: str, window_start: int, cells: dict[CellKey, Cell],
                 reference: Reference) -> list[Alarm]:
         alarms: list[Alarm] = []
-        specs = {(s.signal, s.direction): s for s in self.specs}
         gate = self.layout.counts["gate_leaks"]
         for (rel, dimension, value), cell in cells.items():
             if rel != release:
@@ -275,8 +275,7 @@ class Drift:
                 if update.alarm and not latched:  # a persisting change stays one alarm
                     alarms.append(Alarm(
                         key, window_start, update.statistic, update.threshold, update.since,
-                        None if ref_cell is None else specs[(spec.signal,
-                                                             spec.direction)].value(ref_cell),
+                        None if ref_cell is None else spec.value(ref_cell),
                         spec.value(cell)))
         for alarm in alarms:
             self.alarm_counts[alarm.key] = self.alarm_counts.get(alarm.key, 0) + 1
