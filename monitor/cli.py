@@ -133,6 +133,8 @@ def _parser() -> argparse.ArgumentParser:
                           help="traces JSONL (default stdout)")
     simulate.add_argument("--labels", metavar="FILE", help="also write labels here")
     simulate.add_argument("--feedback", metavar="FILE", help="also write feedback here")
+    simulate.add_argument("--label-share", type=float, default=0.05, metavar="P",
+                          help="share of traces that get a label (default 0.05)")
     simulate.set_defaults(run=_simulate)
     worker = sub.add_parser("worker", help="run the streaming worker (Faust) on Kafka",
                             description="Consume rag.decisions/labels/feedback, fold them, "
@@ -200,7 +202,8 @@ def _produce(args: argparse.Namespace) -> int:
 
 def _simulate(args: argparse.Namespace) -> int:
     change_at = args.traces // 2 if args.change_at is None else args.change_at
-    sim = Simulator(seed=args.seed, scenario=args.scenario, change_at=change_at, rate=args.rate)
+    sim = Simulator(seed=args.seed, scenario=args.scenario, change_at=change_at, rate=args.rate,
+                    label_share=args.label_share)
     with ExitStack() as stack:
         out = sys.stdout.buffer if args.out == "-" else stack.enter_context(_open_bin(args.out))
         for line in sim.traces(args.traces):

@@ -21,7 +21,7 @@ from monitor.encode import feedback_columns, label_columns
 from monitor.layout import Layout
 from monitor.slices import Slicing
 
-__all__ = ["Delta", "Joiner", "TraceRef", "kind_of"]
+__all__ = ["Delta", "Joiner", "TraceRef", "kind_of", "replaces"]
 
 _PRIORITY = {"judge": 0, "human": 1}
 
@@ -105,7 +105,7 @@ class Joiner:
     def _apply(self, event: Label | Feedback, ref: TraceRef) -> list[Delta]:
         if isinstance(event, Label):
             old_label = self.applied_labels.get(event.trace_id)
-            if old_label is not None and not _replaces(event, old_label):
+            if old_label is not None and not replaces(event, old_label):
                 return []
             self.applied_labels[event.trace_id] = event
             new = label_columns(self.layout, ref.decision, event)
@@ -130,7 +130,7 @@ def kind_of(event: Label | Feedback) -> str:
     return "labels" if isinstance(event, Label) else "feedback"
 
 
-def _replaces(new: Label, old: Label) -> bool:
+def replaces(new: Label, old: Label) -> bool:
     if new == old:
         return False
     rank_new, rank_old = _PRIORITY[new.source], _PRIORITY[old.source]

@@ -15,6 +15,12 @@ change the world at `change_at` (a trace index):
 - `bad_input`: a burst of malformed messages (5% of the stream after the change);
 - `component_change`: a declared index rebuild (`index_version` changes) with nothing
   else changing: the reference is stale, recalibration is required.
+- `looser_gate`: the newest release lowers its retrieval threshold (0.35 -> 0.25): it
+  answers more, and more of what it answers was not answerable (for `ragmon report`).
+
+Labels: a question is answerable more often the higher its retrieval scored; an answer
+is labelled unsupported when a rendered critical claim was not supported or the
+question was not answerable.
 
 Output is wire-format JSON bytes (`rag-decision/1`), optionally labels and feedback.
 """
@@ -32,7 +38,7 @@ __all__ = ["SCENARIOS", "Simulator"]
 
 SCENARIOS: Final = (
     "steady", "embedding_shift", "index_change", "prompt_change", "gate_leak", "bad_input",
-    "component_change",
+    "component_change", "looser_gate",
 )
 LANGUAGES: Final = (("en", 0.55), ("ru", 0.3), ("de", 0.15))
 FACT_TYPES: Final = {
@@ -134,7 +140,10 @@ class Simulator:
         rng = self.rng
         signals = {"top_score": round(top, 4), "query_coverage": round(coverage, 4)}
         trace["signals"] = signals
-        if top < 0.35:
+        # looser_gate: the newest release lowers the retrieval threshold (answers more).
+        looser = (changed and self.scenario == "looser_gate"
+                  and trace["system"]["release"] == self.releases[-1])
+        if top < (0.25 if looser else 0.35):
             trace.update(decision="abstain", reason="weak_retrieval", rule="T_RETRIEVAL")
             return
         if coverage < 0.55:
@@ -207,15 +216,18 @@ class Simulator:
     def _label(self, trace: dict[str, Any]) -> None:
         rng = self.rng
         answered = trace["decision"] != "abstain"
-        answerable = bool(rng.random() < (0.85 if answered else 0.35))
+        # The sources hold the answer more often when retrieval scored high.
+        top = trace["signals"]["top_score"]
+        answerable = bool(rng.random() < 1.0 / (1.0 + np.exp(-12.0 * (top - 0.38))))
         label: dict[str, Any] = {
             "schema": "rag-label/1", "trace_id": trace["trace_id"],
             "ts": trace["ts"], "source": "human" if rng.random() < 0.3 else "judge",
             "answerable": answerable,
         }
         if answered:
-            unsupported = any(c["importance"] == "critical" and c["verdict"] != "supported"
-                              and c.get("rendered", True) for c in trace.get("claims", ()))
+            unsupported = not answerable or any(
+                c["importance"] == "critical" and c["verdict"] != "supported"
+                and c.get("rendered", True) for c in trace.get("claims", ()))
             label["unsupported_critical"] = unsupported
             label["correct"] = bool(answerable and not unsupported and rng.random() < 0.93)
         self.labels.append(_encode(label))

@@ -11,14 +11,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "monitor"
 ORDER = [
     "contract", "settings", "ingest", "slices", "layout", "encode", "aggregate", "windows",
     "dedupe", "labels", "derive", "detectors", "thresholds", "reference", "streams", "drift",
-    "pipeline", "watch", "backtest", "summary", "checkpoint", "export", "simulate",
-    "render",
-    "broker", "client", "references", "telemetry", "app", "demo", "cli",
+    "pipeline", "watch", "backtest", "frame", "compare", "gate", "summary", "checkpoint", "export", "simulate",
+    "render", "plots", "documents",
+    "broker", "client", "references", "telemetry", "app", "demo", "analyze", "cli",
 ]
 THIRD_PARTY_HOMES = {
     "faust": {"app"}, "prometheus_client": {"export"}, "kafka": {"client"},
     "scipy": {"report", "detect"}, "pydantic": {"settings"}, "pydantic_settings": {"settings"},
-    "rich": {"render"},
+    "rich": {"render"}, "matplotlib": {"plots"}, "yaml": {"analyze"},
 }
 
 
