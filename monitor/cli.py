@@ -11,7 +11,16 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, Any
 
-from monitor import render
+from monitor import analyze, render
+from monitor.files import (
+    BATCH,
+    InputError,
+    batches,
+    check_readable,
+    open_bin,
+    open_out,
+    total_bytes,
+)
 from monitor.ingest import Rejection
 from monitor.pipeline import Pipeline
 from monitor.settings import SettingsError, load
@@ -19,9 +28,6 @@ from monitor.simulate import SCENARIOS, Simulator
 from monitor.summary import build
 
 __all__ = ["main"]
-
-BATCH = 1000
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
@@ -34,15 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"ragmon: {exc}", file=sys.stderr)
         return 2
-    except _InputError as exc:
+    except InputError as exc:
         print(f"ragmon: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
-
-
-class _InputError(Exception):
-    """An input file that cannot be read; the message names it."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="ragmon", description="Production monitor for RAG answer/abstain decisions.")
     parser.add_argument("--config", help="settings file (TOML or JSON); env RAGMON_* also apply")
     sub = parser.add_subparsers(dest="command")
+    analyze.add_parsers(sub)
     replay = sub.add_parser(
         "replay", help="fold JSONL decision traces offline and summarise them",
         description="Run the monitoring core over JSONL files of decision traces "
@@ -193,7 +196,7 @@ def _produce(args: argparse.Namespace) -> int:
 
     settings = load(args.config, **_kafka_overrides(args))
     ensure_topics(settings)
-    lines = (line for _, batch in _batches(args.file, render.progress(False, None))
+    lines = (line for _, batch in batches(args.file, render.progress(False, None))
              for line in batch)
     sent = produce(settings, args.topic or settings.topic_decisions, lines)
     print(f"produced {sent} messages to {args.topic or settings.topic_decisions}")
@@ -205,12 +208,12 @@ def _simulate(args: argparse.Namespace) -> int:
     sim = Simulator(seed=args.seed, scenario=args.scenario, change_at=change_at, rate=args.rate,
                     label_share=args.label_share)
     with ExitStack() as stack:
-        out = sys.stdout.buffer if args.out == "-" else stack.enter_context(_open_bin(args.out))
+        out = sys.stdout.buffer if args.out == "-" else stack.enter_context(open_bin(args.out))
         for line in sim.traces(args.traces):
             out.write(line + b"\n")
     for path, lines in ((args.labels, sim.labels), (args.feedback, sim.feedback)):
         if path:
-            with _open_bin(path) as f:
+            with open_bin(path) as f:
                 f.writelines(line + b"\n" for line in lines)
     return 0
 
@@ -228,26 +231,24 @@ def tune_gc() -> None:
 
 def _replay(args: argparse.Namespace) -> int:
     if args.sample == bool(args.files):
-        raise _InputError("replay needs FILE arguments or --sample (not both)")
+        raise InputError("replay needs FILE arguments or --sample (not both)")
     tune_gc()
     overrides: dict[str, Any] = {}
     if args.allowed_lateness_seconds is not None:
         overrides["allowed_lateness_seconds"] = args.allowed_lateness_seconds
     pipeline = Pipeline(load(args.config, **overrides))
     paths = [*args.labels, *args.feedback, *args.files]
-    for path in paths:
-        if path != "-" and not Path(path).is_file():
-            raise _InputError(f"cannot read {path!r}: no such file")
+    check_readable(paths)
     with ExitStack() as stack:
-        dlq = stack.enter_context(_open_out(args.dlq)) if args.dlq else None
-        progress = render.progress(not args.no_progress, _total_bytes(paths))
+        dlq = stack.enter_context(open_out(args.dlq)) if args.dlq else None
+        progress = render.progress(not args.no_progress, total_bytes(paths))
         stack.enter_context(progress)
         for kind, files in (("labels", args.labels), ("feedback", args.feedback)):
             for path in files:
-                for numbers, lines in _batches(path, progress):
+                for numbers, lines in batches(path, progress):
                     _write_dead(dlq, path, numbers, pipeline.feed_events(lines, kind))
         for path in args.files:
-            for numbers, lines in _batches(path, progress):
+            for numbers, lines in batches(path, progress):
                 _write_dead(dlq, path, numbers, pipeline.feed(lines))
                 pipeline.close_ready()
         if args.sample:
@@ -255,7 +256,7 @@ def _replay(args: argparse.Namespace) -> int:
     pipeline.close_ready(final=True)
     summary = build(pipeline)
     if args.out:
-        with _open_out(args.out) as out:
+        with open_out(args.out) as out:
             json.dump(summary, out, indent=2)
             out.write("\n")
     if args.json:
@@ -280,14 +281,14 @@ def _backtest(args: argparse.Namespace) -> int:
     settings = load(args.config, **overrides)
     for path in args.files:
         if path != "-" and not Path(path).is_file():
-            raise _InputError(f"cannot read {path!r}: no such file")
+            raise InputError(f"cannot read {path!r}: no such file")
     tune_gc()
     run = Backtest(settings, DriftConfig.from_settings(settings, arl0_traces=args.arl0))
     counts: dict[str, int] = {}
     with ExitStack() as stack:
-        out = stack.enter_context(_open_out(args.out)) if args.out else sys.stdout
+        out = stack.enter_context(open_out(args.out)) if args.out else sys.stdout
         progress = render.progress(not args.no_progress and bool(args.out),
-                                   _total_bytes(args.files))
+                                   total_bytes(args.files))
         stack.enter_context(progress)
 
         def emit(records: Iterator[dict[str, Any]]) -> None:
@@ -298,7 +299,7 @@ def _backtest(args: argparse.Namespace) -> int:
                 counts[name] = counts.get(name, 0) + 1
 
         for path in args.files:
-            for _, lines in _batches(path, progress):
+            for _, lines in batches(path, progress):
                 emit(run.feed(lines))
         emit(run.finish())
     if args.out:
@@ -316,9 +317,9 @@ def _reference(args: argparse.Namespace) -> int:
     try:
         return _reference_action(args, settings, references)
     except references.ReferenceProblem as exc:
-        raise _InputError(str(exc)) from None
+        raise InputError(str(exc)) from None
     except Exception as exc:  # kafka-python's errors: say where it could not connect
-        raise _InputError(f"cannot use Kafka at {settings.bootstrap_servers}: {exc!r}") from None
+        raise InputError(f"cannot use Kafka at {settings.bootstrap_servers}: {exc!r}") from None
 
 
 def _reference_action(args: argparse.Namespace, settings: Any, references: Any) -> int:
@@ -353,28 +354,6 @@ def _replay_sample(pipeline: Pipeline, dlq: IO[str] | None) -> None:
                 pipeline.feed_events(sim.feedback, "feedback"))
 
 
-def _batches(path: str, progress: render.Progress) -> Iterator[tuple[list[int], list[bytes]]]:
-    """(line numbers, non-empty lines) in batches; blank lines are skipped, numbers from 1."""
-    try:
-        stream: IO[bytes] = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
-    except OSError as exc:
-        raise _InputError(f"cannot read {path!r}: {exc.strerror}") from None
-    with stream if path != "-" else ExitStack():
-        batch: list[bytes] = []
-        numbers: list[int] = []
-        for number, line in enumerate(stream, 1):
-            progress.advance(len(line))
-            line = line.rstrip(b"\r\n")
-            if line.strip():
-                batch.append(line)
-                numbers.append(number)
-            if len(batch) >= BATCH:
-                yield numbers, batch
-                batch, numbers = [], []
-        if batch:
-            yield numbers, batch
-
-
 def _write_dead(dlq: IO[str] | None, path: str, numbers: list[int],
                 dead: list[tuple[int, Rejection]]) -> None:
     if dlq is None or not dead:
@@ -388,26 +367,6 @@ def _write_dead(dlq: IO[str] | None, path: str, numbers: list[int],
             "payload": rejection.payload.decode("utf-8", errors="replace"),
         }
         dlq.write(json.dumps(record, ensure_ascii=False) + "\n")
-
-
-def _open_out(path: str) -> IO[str]:
-    try:
-        return open(path, "w", encoding="utf-8")
-    except OSError as exc:
-        raise _InputError(f"cannot write {path!r}: {exc.strerror}") from None
-
-
-def _open_bin(path: str) -> IO[bytes]:
-    try:
-        return open(path, "wb")
-    except OSError as exc:
-        raise _InputError(f"cannot write {path!r}: {exc.strerror}") from None
-
-
-def _total_bytes(paths: list[str]) -> int | None:
-    if "-" in paths:
-        return None
-    return sum(Path(p).stat().st_size for p in paths)
 
 
 if __name__ == "__main__":

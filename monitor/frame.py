@@ -22,7 +22,7 @@ from monitor.ingest import Rejection, parse
 from monitor.labels import replaces
 from monitor.slices import query_length
 
-__all__ = ["Frame", "Loaded", "UNKNOWN", "load", "supported_claim_ratio"]
+__all__ = ["UNKNOWN", "Frame", "Loaded", "load", "supported_claim_ratio"]
 
 UNKNOWN: Final = -1
 SIGNALS: Final = ("top_score", "query_coverage", "supported_claim_ratio", "critical_support")
@@ -150,8 +150,8 @@ def _columns(traces: list[Trace], labels: dict[str, Label],
     decision = np.empty(n, dtype=np.int8)
     contradiction = np.zeros(n, dtype=bool)
     leak = np.zeros(n, dtype=bool)
-    dims = (*dimensions, "query_length")
-    slices: dict[str, list[str]] = {dim: [] for dim in dims}
+    dimensions = tuple(d for d in dimensions if d != "query_length")  # derived below
+    slices: dict[str, list[str]] = {dim: [] for dim in (*dimensions, "query_length")}
     release, cluster, reason = [], [], []
     for i, t in enumerate(traces):
         release.append(t.system.release)

@@ -10,19 +10,21 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
-from rich.progress import BarColumn, DownloadColumn, TimeRemainingColumn
+from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, TimeRemainingColumn
 from rich.progress import Progress as RichProgress
 from rich.table import Table
 
-__all__ = ["DemoView", "Progress", "demo_banner", "demo_done", "progress", "summary"]
+__all__ = ["DemoView", "Progress", "calibration", "counter", "demo_banner", "demo_done",
+           "progress", "summary"]
 
 
 class Progress:
     """Bytes read so far; shown only on a terminal, a no-op elsewhere."""
 
-    def __init__(self, bar: RichProgress | None, total: int | None) -> None:
+    def __init__(self, bar: RichProgress | None, total: int | None,
+                 description: str = "reading") -> None:
         self._bar = bar
-        self._task = bar.add_task("reading", total=total) if bar is not None else None
+        self._task = bar.add_task(description, total=total) if bar is not None else None
 
     def advance(self, n: int) -> None:
         if self._bar is not None and self._task is not None:
@@ -46,6 +48,16 @@ def progress(enabled: bool, total_bytes: int | None) -> Progress:
     bar = RichProgress("[progress.description]{task.description}", BarColumn(),
                        DownloadColumn(), TimeRemainingColumn(), console=console, transient=True)
     return Progress(bar, total_bytes)
+
+
+def counter(enabled: bool, total: int, description: str) -> Progress:
+    """A bar counting `total` steps (e.g. bootstrap resamples); terminal only."""
+    if not (enabled and sys.stderr.isatty()):
+        return Progress(None, None)
+    bar = RichProgress("[progress.description]{task.description}", BarColumn(),
+                       MofNCompleteColumn(), TimeRemainingColumn(),
+                       console=Console(stderr=True), transient=True)
+    return Progress(bar, total, description)
 
 
 def _pct(value: float | None) -> str:
@@ -245,3 +257,29 @@ def references(found: list[dict[str, Any]], console: Console | None = None) -> N
 
 def _when(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def calibration(report: dict[str, Any], console: Console | None = None) -> None:
+    """Current vs recommended thresholds and their rates on both parts of the split."""
+    console = console or (Console() if sys.stdout.isatty() else Console(width=160))
+    table = Table(title="gate thresholds", title_justify="left")
+    for column in ("rule", "current", "recommended"):
+        table.add_column(column, justify="left" if column == "rule" else "right")
+    for key, value in report["current"].items():
+        table.add_row(key, str(value), str(report["recommended"][key]))
+    console.print(table)
+    rates = Table(title="expected cost and rates (per part of the split)", title_justify="left")
+    columns = ("answer_coverage", "unsupported_answer_rate", "false_abstention_rate",
+               "selective_accuracy", "expected_cost_per_1000")
+    rates.add_column("part / rules")
+    for column in columns:
+        rates.add_column(column.replace("_", " "), justify="right")
+    for part in ("calibration", "holdout_check"):
+        for rules, row in report[part].items():
+            rates.add_row(f"{part} / {rules}", *(_fmt(row[c]) for c in columns))
+    console.print(rates)
+    console.print(f"risk-coverage plot: {report['plot']}")
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4g}"

@@ -11,8 +11,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "monitor"
 ORDER = [
     "contract", "settings", "ingest", "slices", "layout", "encode", "aggregate", "windows",
     "dedupe", "labels", "derive", "detectors", "thresholds", "reference", "streams", "drift",
-    "pipeline", "watch", "backtest", "frame", "compare", "gate", "summary", "checkpoint", "export", "simulate",
-    "render", "plots", "documents",
+    "pipeline", "watch", "backtest", "frame", "compare", "gate", "summary", "checkpoint",
+    "export", "simulate",
+    "render", "files", "plots", "documents",
     "broker", "client", "references", "telemetry", "app", "demo", "analyze", "cli",
 ]
 THIRD_PARTY_HOMES = {

@@ -1,0 +1,126 @@
+"""The release comparison as Markdown or HTML: one list of sections, two renderings.
+
+A product owner reads, in order: what clearly changed (intervals that exclude zero),
+what the change means per 1,000 requests, every metric, the same with the slice mix
+held fixed, and what the input held. Deltas are fractions (candidate - baseline), not
+percentage points.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from typing import Any, NamedTuple
+
+__all__ = ["Section", "html_document", "markdown_document", "sections"]
+
+
+class Section(NamedTuple):
+    title: str
+    text: str
+    header: list[str]
+    rows: list[list[str]]
+
+
+def sections(report: dict[str, Any]) -> list[Section]:
+    base, cand = report["baseline"], report["candidate"]
+    metrics = report["metrics"]
+    clear = sorted(((name, m) for name, m in metrics.items() if _clear(m)),
+                   key=lambda p: -abs(p[1]["delta"]))
+    out = [Section(
+        "Clear changes",
+        f"Metrics whose 95% interval excludes zero ({report['bootstrap']} resamples of "
+        + (f"whole `{report['cluster_field']}` clusters" if report["cluster_field"]
+           else "traces") + ").",
+        ["metric", base, cand, "delta", "95% interval"],
+        [[name, _num(m["baseline"]), _num(m["candidate"]), _num(m["delta"], True), _ci(m)]
+         for name, m in clear] or [["(none)", "", "", "", ""]])]
+    out.append(Section(
+        "Per 1,000 requests",
+        "At each share s of unanswerable questions: 1000·s·Δ(unsupported answering on "
+        "unanswerable) unsupported answers and 1000·(1−s)·Δ(correct on answerable) correct "
+        "answers more (negative: fewer) with the candidate.",
+        ["unanswerable share", "unsupported answers", "95% interval", "correct answers",
+         "95% interval"],
+        [[share, _num(p["unsupported_answers_delta"], True),
+          _pair(p.get("unsupported_answers_ci95")), _num(p["correct_answers_delta"], True),
+          _pair(p.get("correct_answers_ci95"))]
+         for share, p in report["projection_per_1000"].items()]))
+    out.append(Section(
+        "All metrics", "n: traces in each metric's denominator.",
+        ["metric", base, cand, "delta", "95% interval", "n " + base, "n " + cand],
+        [[name, _num(m["baseline"]), _num(m["candidate"]), _num(m["delta"], True), _ci(m),
+          str(m["n_baseline"]), str(m["n_candidate"])] for name, m in metrics.items()]))
+    adjusted = report.get("slice_mix_adjusted")
+    if adjusted:
+        out.append(Section(
+            f"Slice mix held fixed ({adjusted['dimension']})",
+            "Both releases' per-stratum rates weighted by the baseline's traffic mix over "
+            f"the strata both have ({', '.join(adjusted['strata'])}). A delta that shrinks "
+            "here came from a change of traffic composition, not of quality.",
+            ["metric", base, cand, "delta", "95% interval"],
+            [[name, _num(m["baseline"]), _num(m["candidate"]), _num(m["delta"], True),
+              _ci(m)] for name, m in adjusted["metrics"].items()]))
+    source = report.get("input", {})
+    if source:
+        out.append(Section("Input", "", ["", "value"],
+                           [[key, str(value)] for key, value in source.items()]))
+    return out
+
+
+def markdown_document(report: dict[str, Any], plot_path: str | None) -> str:
+    lines = [f"# Release comparison: {report['baseline']} → {report['candidate']}", ""]
+    if plot_path:
+        lines += [f"![deltas with 95% intervals]({plot_path})", ""]
+    for s in sections(report):
+        lines += [f"## {s.title}", ""]
+        if s.text:
+            lines += [s.text, ""]
+        lines.append("| " + " | ".join(s.header) + " |")
+        lines.append("|" + "---|" * len(s.header))
+        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |"
+                  for row in s.rows]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def html_document(report: dict[str, Any], png: bytes | None) -> str:
+    title = html.escape(f"Release comparison: {report['baseline']} → {report['candidate']}")
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>",
+             "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
+             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;"
+             "text-align:right}td:first-child{text-align:left}</style></head><body>",
+             f"<h1>{title}</h1>"]
+    if png:
+        data = base64.b64encode(png).decode()
+        parts.append(f"<img alt='deltas with 95% intervals' src='data:image/png;base64,{data}'>")
+    for s in sections(report):
+        parts.append(f"<h2>{html.escape(s.title)}</h2>")
+        if s.text:
+            parts.append(f"<p>{html.escape(s.text)}</p>")
+        parts.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in s.header)
+                     + "</tr>")
+        parts += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                  for row in s.rows]
+        parts.append("</table>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _clear(m: dict[str, Any]) -> bool:
+    ci = m.get("ci95")
+    return m["delta"] is not None and ci is not None and (ci[0] > 0 or ci[1] < 0)
+
+
+def _num(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:+.4g}" if signed else f"{value:.4g}"
+
+
+def _pair(ci: list[float] | None) -> str:
+    return "n/a" if ci is None else f"[{ci[0]:+.4g}, {ci[1]:+.4g}]"
+
+
+def _ci(m: dict[str, Any]) -> str:
+    return _pair(m.get("ci95"))
