@@ -1,0 +1,100 @@
+"""`ragmon report` and `ragmon calibrate` end to end on a simulated two-release file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from monitor.cli import main
+from monitor.simulate import Simulator
+
+BASE, CAND = "2026.11.3", "2026.12.1"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    sim = Simulator(seed=4, scenario="looser_gate", change_at=0, label_share=0.4)
+    (root / "traces.jsonl").write_bytes(b"\n".join(sim.traces(6000)) + b"\nnot json\n")
+    (root / "labels.jsonl").write_bytes(b"\n".join(sim.labels) + b"\n")
+    (root / "gate.yaml").write_text(
+        "gate:\n  min_top_score: 0.35\n  min_query_coverage: 0.55\n"
+        "  min_critical_claim_support: 0.5\n  min_supported_claim_ratio: 1.0\n"
+        "  reject_on_critical_contradiction: true\n  allow_partial_answer: true\n")
+    return root
+
+
+def report(files, *extra):
+    return main(["report", str(files / "traces.jsonl"), "--labels", str(files / "labels.jsonl"),
+                 "--baseline", BASE, "--candidate", CAND, "--bootstrap", "400",
+                 "--no-progress", *extra])
+
+
+def test_report_json_has_the_documented_shape(files):
+    out = files / "report.json"
+    assert report(files, "--cluster-field", "cluster", "--format", "json",
+                  "--out", str(out)) == 0
+    doc = json.loads(out.read_text())
+    assert {"baseline", "candidate", "cluster_field", "bootstrap", "metrics",
+            "projection_per_1000"} <= set(doc)
+    assert doc["cluster_field"] == "cluster" and doc["bootstrap"] == 400
+    for entry in doc["metrics"].values():
+        assert set(entry) == {"baseline", "candidate", "delta", "ci95", "n_baseline",
+                              "n_candidate"}
+    assert set(doc["projection_per_1000"]) == {"0.1", "0.5"}
+    assert set(doc["projection_per_1000"]["0.5"]) >= {"unsupported_answers_delta",
+                                                       "correct_answers_delta"}
+    assert doc["input"]["rejected_by_reason"] == {"not_json": 1}
+    # The candidate's looser retrieval threshold answers more, and more unanswerable ones.
+    coverage = doc["metrics"]["answer_coverage"]
+    assert coverage["delta"] > 0 and coverage["ci95"][0] > 0
+    unsupported = doc["metrics"]["labels.unsupported_answering_on_unanswerable"]
+    assert unsupported["ci95"][0] > 0
+    assert doc["projection_per_1000"]["0.5"]["unsupported_answers_delta"] > 0
+    assert doc["slice_mix_adjusted"]["dimension"] == "language"
+
+
+def test_report_markdown_and_html_show_the_same_with_a_plot(files):
+    md = files / "report.md"
+    assert report(files, "--out", str(md)) == 0
+    text = md.read_text()
+    assert "## Clear changes" in text and "## Per 1,000 requests" in text
+    assert "answer_coverage" in text and "(report.deltas.png)" in text
+    assert (files / "report.deltas.png").read_bytes().startswith(b"\x89PNG")
+    page = files / "report.html"
+    assert report(files, "--format", "html", "--out", str(page)) == 0
+    assert "data:image/png;base64," in page.read_text() and "Per 1,000 requests" in (
+        page.read_text())
+
+
+def test_report_refuses_unknown_releases_and_options(files, capsys):
+    assert main(["report", str(files / "traces.jsonl"), "--baseline", "nope",
+                 "--candidate", CAND]) == 2
+    assert "nope" in capsys.readouterr().err
+    assert report(files, "--unanswerable-share", "1.5") == 2
+    assert report(files, "--cluster-field", "tenant") == 2
+
+
+def test_calibrate_recommends_and_checks_on_the_holdout(files, capsys):
+    out = files / "calibration.json"
+    assert main(["calibrate", str(files / "traces.jsonl"), "--labels",
+                 str(files / "labels.jsonl"), "--rules", str(files / "gate.yaml"),
+                 "--cost-unsupported", "5", "--cost-false-abstain", "1",
+                 "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    fit, check = doc["calibration"], doc["holdout_check"]
+    assert fit["recommended"]["expected_cost_per_1000"] <= fit["current"]["expected_cost_per_1000"]
+    for part in (fit, check):
+        for row in part.values():
+            assert {"unsupported_answer_rate", "false_abstention_rate", "answer_coverage",
+                    "selective_accuracy"} <= set(row)
+    assert doc["split"]["holdout"]["traces"] > 0 and doc["split"]["calibration"]["traces"] > 0
+    assert set(doc["sweeps"]) == {"min_top_score", "min_query_coverage",
+                                  "min_critical_claim_support", "min_supported_claim_ratio"}
+    assert open(doc["plot"], "rb").read().startswith(b"\x89PNG")
+    assert "recommended" in capsys.readouterr().out
+    (files / "bad.yaml").write_text("min_top_score: [1]\n")
+    assert main(["calibrate", str(files / "traces.jsonl"), "--labels",
+                 str(files / "labels.jsonl"), "--rules", str(files / "bad.yaml"),
+                 "--out", str(out)]) == 2
