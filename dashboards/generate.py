@@ -194,6 +194,10 @@ def quality() -> dict[str, Any]:
              "false abstention rate {{release}}"),
             (f'{by} (ragmon_label_outcomes_total{{{CELL},outcome="labelled"}})',
              "labelled traces {{release}}")]),
+        _panel("Label-based rates since start, beside the labelled traces behind each", [
+            (f"ragmon_label_rate{{{CELL}}}", "{{rate}} {{release}} {{dimension}}={{value}}"),
+            (f"ragmon_label_rate_traces{{{CELL}}}",
+             "labelled: {{rate}} {{release}} {{dimension}}={{value}}")], kind="table"),
         _panel("Cost per answered request", [(
             f"sum by (release) (rate(ragmon_request_cost_sum{{{TOTAL}}}{RATE})) / sum by "
             f'(release) (rate(ragmon_traces_total{{{TOTAL},decision=~"answer|partial"}}{RATE}))',

@@ -8,7 +8,7 @@ resolution is one bin width; means are exact (sum / count).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -16,7 +16,16 @@ from monitor.aggregate import Cell
 from monitor.contract import DECISIONS
 from monitor.layout import Histogram, Layout
 
-__all__ = ["quantile", "ratio", "summarize"]
+__all__ = ["LABEL_RATES", "quantile", "ratio", "summarize"]
+
+# CONTRACT.md's label-based rates: name -> (numerator, denominator) label outcome columns.
+LABEL_RATES: Final = {
+    "unsupported_answer_rate": ("answered_uc_true", "answered_uc_known"),
+    "false_abstention_rate": ("abstained_answerable_true", "abstained_answerable_known"),
+    "selective_accuracy": ("answered_correct_true", "answered_correct_known"),
+    "unsupported_answering_on_unanswerable": ("unanswerable_answered", "unanswerable"),
+    "correct_on_answerable": ("answerable_answered_correct", "answerable"),
+}
 
 
 def ratio(numerator: float, denominator: float) -> float | None:
@@ -129,14 +138,6 @@ def _usage(layout: Layout, cell: Cell, c: dict[str, int], s: dict[str, float]) -
 
 
 def _labels(c: dict[str, int]) -> dict[str, Any]:
-    def rate(num: str, den: str) -> float | None:
-        return ratio(c[f"label_{num}"], c[f"label_{den}"])
-
-    return {
-        "labelled": c["label_labelled"],
-        "unsupported_answer_rate": rate("answered_uc_true", "answered_uc_known"),
-        "false_abstention_rate": rate("abstained_answerable_true", "abstained_answerable_known"),
-        "selective_accuracy": rate("answered_correct_true", "answered_correct_known"),
-        "unsupported_answering_on_unanswerable": rate("unanswerable_answered", "unanswerable"),
-        "correct_on_answerable": rate("answerable_answered_correct", "answerable"),
-    }
+    rates = {name: ratio(c[f"label_{num}"], c[f"label_{den}"])
+             for name, (num, den) in LABEL_RATES.items()}
+    return {"labelled": c["label_labelled"], **rates}

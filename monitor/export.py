@@ -30,7 +30,7 @@ from prometheus_client.samples import Exemplar
 
 from monitor.aggregate import TOTAL, Cell, CellKey, Table
 from monitor.contract import DECISIONS
-from monitor.derive import ratio
+from monitor.derive import LABEL_RATES, ratio
 from monitor.drift import DriftView
 from monitor.ingest import REASONS
 from monitor.layout import CLAIM_KINDS, LABEL_COUNTS, Histogram, Layout
@@ -62,7 +62,7 @@ METRICS: Final = (
     "ragmon_drift_statistic", "ragmon_drift_threshold", "ragmon_drift_alarm",
     "ragmon_drift_alarms_total", "ragmon_drift_distance", "ragmon_drift_insufficient_data",
     "ragmon_reference_info", "ragmon_reference_traces", "ragmon_recalibration_required",
-    "ragmon_reference_signal_bucket_ratio",
+    "ragmon_reference_signal_bucket_ratio", "ragmon_label_rate", "ragmon_label_rate_traces",
 )
 STREAM_LABELS: Final = ("release", "dimension", "value", "signal", "direction")
 _SIGNAL_BUCKETS: Final = 10  # exported buckets per unit-range signal (le=0.1 .. 1.0)
@@ -219,6 +219,14 @@ class _Families:
                 ("all_required", "Share of traces covering every requirement, since start."),
             )
         }
+        self.label_rate = GaugeMetricFamily(
+            "ragmon_label_rate", "Label-based rates of CONTRACT.md over labelled traces, since "
+            "start (rate: unsupported_answer_rate, false_abstention_rate, selective_accuracy, "
+            "unsupported_answering_on_unanswerable, correct_on_answerable).",
+            labels=[*c, "rate"])
+        self.label_rate_traces = GaugeMetricFamily(
+            "ragmon_label_rate_traces", "Labelled traces in the denominator of each "
+            "ragmon_label_rate.", labels=[*c, "rate"])
 
     def cell_series(self, cell: Cell) -> int:
         """An upper bound of the series one cell adds (for the budget check)."""
@@ -226,7 +234,8 @@ class _Families:
         hist = sum(_SIGNAL_BUCKETS + 3 for _ in layout.histograms)
         missing = sum(1 for kind, _ in cell.extras if kind == "missing")
         return (len(DECISIONS) + len(layout.reasons) + len(CLAIM_KINDS) + 1 + 4 + missing
-                + 5 + 2 + len(LABEL_COUNTS) + hist + len(self.gauges))
+                + 5 + 2 + len(LABEL_COUNTS) + hist + len(self.gauges)
+                + 2 * len(LABEL_RATES))
 
     def add_cell(self, key: CellKey, cell: Cell) -> None:
         release, dim, value = key
@@ -311,6 +320,12 @@ class _Families:
         for name, value in values.items():
             if value is not None:  # no data is no sample, not a zero
                 self.gauges[name].add_metric(labels, value)
+        for name, (num, den) in LABEL_RATES.items():
+            denominator = int(n[col[f"label_{den}"]])
+            if denominator:
+                self.label_rate.add_metric(
+                    [*labels, name], int(n[col[f"label_{num}"]]) / denominator)
+                self.label_rate_traces.add_metric([*labels, name], denominator)
 
     def _count(self) -> int:
         return sum(len(m.samples) for m in self.metrics())
@@ -319,7 +334,7 @@ class _Families:
         return [self.traces, self.reasons, self.claims, self.leaks, self.requirements,
                 self.coverage_sum, self.missing, self.checks, self.feedback,
                 self.label_outcomes, self.signal, self.latency, self.cost,
-                *self.gauges.values()]
+                *self.gauges.values(), self.label_rate, self.label_rate_traces]
 
 
 def _buckets(hist: Histogram, cell: Cell, scale: float) -> tuple[list[tuple[str, float]], float]:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +28,17 @@ def examples() -> Path:
 @pytest.fixture
 def pipeline() -> Pipeline:
     return Pipeline(load())
+
+
+def load_script(path: Path, name: str) -> Any:
+    """Import a script beside its files (alerts/generate.py, dashboards/generate.py) under
+    its own module name: two files both named generate.py must not shadow each other."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def lines(path: Path) -> list[bytes]:

@@ -6,16 +6,15 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 from monitor.export import METRICS
 
 ALERTS = Path(__file__).resolve().parents[1] / "alerts"
-sys.path.insert(0, str(ALERTS))
-import generate  # noqa: E402 - the rules' single source lives beside the rule files
+generate = load_script(ALERTS / "generate.py", "alerts_generate")  # the rules' single source
 
 needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None,
                                     reason="promtool (Debian prometheus) not installed")

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import yaml
+from conftest import load_script
 
 from monitor.export import METRICS
 
 DASHBOARDS = Path(__file__).resolve().parents[1] / "dashboards"
-sys.path.insert(0, str(DASHBOARDS))
-import generate  # noqa: E402 - the dashboards' single source lives beside them
+generate = load_script(DASHBOARDS / "generate.py", "dashboards_generate")
 
 SUFFIXES = ("_bucket", "_sum", "_count", "_total")
 

@@ -18,6 +18,7 @@ from monitor.export import METRICS, Collector, snapshot_of
 from monitor.pipeline import Pipeline
 from monitor.settings import load
 from monitor.simulate import Simulator
+from monitor.summary import build as summary_of
 
 
 def scrape(pipeline, budget=20_000, drift=None):
@@ -143,3 +144,19 @@ def test_openmetrics_exemplars_carry_the_traces_otel_ids():
     for line in counter + bucket:
         trace_id = line.split('trace_id="', 1)[1].split('"', 1)[0]
         assert trace_id in emitted
+
+
+def test_label_rates_are_exported_beside_their_labelled_traces():
+    sim = Simulator(seed=2, label_share=0.3)
+    p = Pipeline(load())
+    p.feed(list(sim.traces(3000)))
+    p.feed_events(sim.labels, "labels")
+    got = samples(scrape(p))
+    release = sim.releases[0]
+    total = (("dimension", "all"), ("release", release), ("value", "all"))
+    expected = summary_of(p)["releases"][release]["total"]["labels"]
+    for rate in ("unsupported_answer_rate", "false_abstention_rate", "selective_accuracy",
+                 "unsupported_answering_on_unanswerable", "correct_on_answerable"):
+        key = tuple(sorted((*total, ("rate", rate))))
+        assert got[("ragmon_label_rate", key)] == pytest.approx(expected[rate])
+        assert 0 < got[("ragmon_label_rate_traces", key)] <= expected["labelled"]

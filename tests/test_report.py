@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -92,7 +93,7 @@ def test_calibrate_recommends_and_checks_on_the_holdout(files, capsys):
     assert doc["split"]["holdout"]["traces"] > 0 and doc["split"]["calibration"]["traces"] > 0
     assert set(doc["sweeps"]) == {"min_top_score", "min_query_coverage",
                                   "min_critical_claim_support", "min_supported_claim_ratio"}
-    assert open(doc["plot"], "rb").read().startswith(b"\x89PNG")
+    assert Path(doc["plot"]).read_bytes().startswith(b"\x89PNG")
     assert "recommended" in capsys.readouterr().out
     (files / "bad.yaml").write_text("min_top_score: [1]\n")
     assert main(["calibrate", str(files / "traces.jsonl"), "--labels",
