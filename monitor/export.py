@@ -63,6 +63,7 @@ METRICS: Final = (
     "ragmon_drift_alarms_total", "ragmon_drift_distance", "ragmon_drift_insufficient_data",
     "ragmon_reference_info", "ragmon_reference_traces", "ragmon_recalibration_required",
     "ragmon_reference_signal_bucket_ratio", "ragmon_label_rate", "ragmon_label_rate_traces",
+    "ragmon_label_events_waiting",
 )
 STREAM_LABELS: Final = ("release", "dimension", "value", "signal", "direction")
 _SIGNAL_BUCKETS: Final = 10  # exported buckets per unit-range signal (le=0.1 .. 1.0)
@@ -100,6 +101,8 @@ def snapshot_of(pipelines: Sequence[Pipeline], health: dict[str, float],
         for kind, counts in pipeline.events.items():
             events.setdefault(kind, Counter()).update(counts)
             events[kind]["joined"] += pipeline.joiner.joined[kind]
+            events[kind]["expired"] += pipeline.joiner.expired[kind]
+            events[kind]["waiting"] += pipeline.joiner.waiting()[kind]
         watermark = max(watermark, pipeline.windows.watermark)
     # Caps may be shared by the pipelines (one per partition): count each cap once.
     slicers = {id(p.slicer): p.slicer for p in pipelines}.values()
@@ -388,7 +391,11 @@ def _health(snap: Snapshot, budget: int) -> list[Any]:
         _counter("ragmon_label_events", "Label and feedback events by kind and outcome.",
                  ["kind", "outcome"],
                  [((kind, k), v) for kind, counts in sorted(snap.events.items())
-                  for k, v in sorted(counts.items())]),
+                  for k, v in sorted(counts.items()) if k != "waiting"]),
+        _gauge("ragmon_label_events_waiting", "Label and feedback events waiting for their "
+               "trace (they expire after pending_retention_seconds, counted as expired).",
+               ["kind"], [((kind,), counts.get("waiting", 0))
+                          for kind, counts in sorted(snap.events.items())]),
         _counter("ragmon_dlq_produced", "Dead letters produced.", [],
                  [((), h.get("dlq_produced", 0))]),
         _gauge("ragmon_last_event_timestamp_seconds", "Event time of the newest trace.", [],

@@ -56,6 +56,7 @@ class Joiner:
         self.applied_feedback: dict[str, Feedback] = {}
         self.joined: Counter[str] = Counter()  # by kind: labels, feedback
         self.expired: Counter[str] = Counter()
+        self._waiting: Counter[str] = Counter()  # events in `pending`, by kind
 
     def on_event(self, event: Label | Feedback, seen: Seen[TraceRef]) -> list[Delta]:
         ref = seen.get(event.trace_id)
@@ -67,6 +68,7 @@ class Joiner:
     def on_trace(self, trace_id: str, ref: TraceRef) -> list[Delta]:
         deltas: list[Delta] = []
         for event in self.pending.pop(trace_id, ()):
+            self._waiting[kind_of(event)] -= 1
             deltas.extend(self._apply(event, ref))
         return deltas
 
@@ -80,12 +82,13 @@ class Joiner:
             _, trace_id = self._pending_order.popleft()
             for event in self.pending.pop(trace_id, ()):
                 self.expired[kind_of(event)] += 1
+                self._waiting[kind_of(event)] -= 1
                 n += 1
         return n
 
     def waiting(self) -> Counter[str]:
         """Events still waiting for their trace, by kind."""
-        return Counter(kind_of(e) for events in self.pending.values() for e in events)
+        return +self._waiting
 
     def forget(self, alive: dict[str, TraceRef]) -> None:
         """Drop applied events of traces no longer retained (bounded memory)."""
@@ -101,6 +104,7 @@ class Joiner:
             if not waiting:
                 self._pending_order.append((event.ts.timestamp(), event.trace_id))
             waiting.append(event)
+            self._waiting[kind_of(event)] += 1
 
     def _apply(self, event: Label | Feedback, ref: TraceRef) -> list[Delta]:
         if isinstance(event, Label):
