@@ -93,7 +93,10 @@ def _report(args: argparse.Namespace) -> int:
         result = compare(frame, args.baseline, args.candidate, cluster_field=args.cluster_field,
                          resamples=args.bootstrap, seed=args.seed, adjust_by=adjust,
                          shares=shares, progress=bar.advance)
-    report = {**result.to_json(), "input": _input(loaded, frame, (args.baseline, args.candidate))}
+    releases_pair = (args.baseline, args.candidate)
+    report = {**result.to_json(), "versions": _versions(loaded, releases_pair),
+              "warnings": _warnings(loaded, releases_pair),
+              "input": _input(loaded, frame, releases_pair)}
     if args.format == "json":
         _write(args.out, json.dumps(report, indent=2) + "\n")
         return 0
@@ -215,6 +218,35 @@ def _input(loaded: Loaded, frame: Frame, releases: tuple[str, ...]) -> dict[str,
         "labelled_by_release": {r: int(frame.labelled[frame.release == r].sum())
                                 for r in releases},
     }
+
+
+def _versions(loaded: Loaded, releases: tuple[str, str]) -> dict[str, dict[str, Any]]:
+    """Per version component: each release's most common value, and whether it changed."""
+    out: dict[str, dict[str, Any]] = {}
+    base, cand = (loaded.versions.get(r, {}) for r in releases)
+    for name in sorted(set(base) | set(cand)):
+        values = [_top(side.get(name)) for side in (base, cand)]
+        if values != [None, None]:
+            out[name] = {"baseline": values[0], "candidate": values[1],
+                         "changed": values[0] != values[1]}
+    return out
+
+
+def _warnings(loaded: Loaded, releases: tuple[str, str]) -> list[str]:
+    out = []
+    rubrics = [sorted(loaded.rubrics.get(r, {})) for r in releases]
+    if rubrics[0] and rubrics[1] and rubrics[0] != rubrics[1]:
+        out.append(f"requirements.* compare rubric {', '.join(rubrics[0])} with "
+                   f"{', '.join(rubrics[1])}: coverage of different rubric versions is not "
+                   "comparable")
+    for release, found in zip(releases, rubrics, strict=True):
+        if len(found) > 1:
+            out.append(f"{release} mixes requirement rubrics {', '.join(found)}")
+    return out
+
+
+def _top(counts: Any) -> str | None:
+    return counts.most_common(1)[0][0] if counts else None
 
 
 def _write(path: str | None, text: str) -> None:

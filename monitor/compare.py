@@ -28,6 +28,10 @@ from monitor.frame import UNKNOWN, Frame
 __all__ = ["MEDIAN", "Comparison", "compare", "projection", "ratio_metrics"]
 
 MEDIAN: Final = "usage.latency_ms_p50"
+# Compared per stratum of the adjusting dimension too: where did the change happen?
+HEADLINE: Final = ("answer_coverage", "abstention_rate", "critical_claim_unsupported_rate",
+                   "labels.unsupported_answer_rate", "labels.false_abstention_rate",
+                   "labels.correct_on_answerable")
 STRATA_MAX: Final = 8  # strata of the adjusted comparison: the baseline's largest, then other
 _HIST_BINS: Final = 128
 _CELLS_PER_CHUNK: Final = 4_000_000  # resample weights held at once (chunk x clusters)
@@ -281,7 +285,11 @@ def _total(sums: np.ndarray, shape: tuple[int, int], col: int) -> np.ndarray:
 
 
 def _ratio(sums: np.ndarray, shape: tuple[int, int], num: int, den: int) -> np.ndarray:
-    top, bottom = _total(sums, shape, num), _total(sums, shape, den)
+    return _divide(_total(sums, shape, num), _total(sums, shape, den))
+
+
+def _divide(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
+    """top / bottom, NaN where the denominator is empty (becomes null in the report)."""
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1.0), np.nan)
 
@@ -344,4 +352,25 @@ def _adjusted(metrics: list[tuple[str, str, str]], index: dict[str, int],
                        int(strata(point[baseline], index[den]).sum()),
                        int(strata(point[candidate], index[den]).sum()))
         out[name] = entry
-    return {"dimension": dim, "strata": names, "metrics": out}
+    by_value: dict[str, dict[str, Any]] = {}
+    for s, value in enumerate(names):
+        by_value[value] = {}
+        for name, num, den in metrics:
+            if name not in HEADLINE:
+                continue
+            point_rate = {r: _stratum_ratio(point[r], shape, s, index[num], index[den])
+                          for r in (baseline, candidate)}
+            draws = {r: _stratum_ratio(boot[r], shape, s, index[num], index[den])
+                     for r in (baseline, candidate)}
+            by_value[value][name] = _entry(
+                point_rate[baseline][0], point_rate[candidate][0],
+                draws[candidate] - draws[baseline],
+                int(strata(point[baseline], index[den])[0, s]),
+                int(strata(point[candidate], index[den])[0, s]))
+    return {"dimension": dim, "strata": names, "metrics": out, "by_value": by_value}
+
+
+def _stratum_ratio(sums: np.ndarray, shape: tuple[int, int], s: int, num: int,
+                   den: int) -> np.ndarray:
+    block = sums[:, : shape[0] * shape[1]].reshape(-1, *shape)[:, s, :]
+    return _divide(block[:, num], block[:, den])

@@ -27,14 +27,24 @@ def sections(report: dict[str, Any]) -> list[Section]:
     metrics = report["metrics"]
     clear = sorted(((name, m) for name, m in metrics.items() if _clear(m)),
                    key=lambda p: -abs(p[1]["delta"]))
-    out = [Section(
+    out = [Section("In short", "", ["", ""], [[key, text] for key, text in _verdict(report)])]
+    if report.get("warnings"):
+        out.append(Section("Warnings", "", ["", "warning"],
+                           [[str(i + 1), w] for i, w in enumerate(report["warnings"])]))
+    if report.get("versions"):
+        out.append(Section(
+            "What differs between the releases", "Most common value of each version "
+            "component in the traces.", ["component", base, cand, "changed"],
+            [[name, v["baseline"] or "-", v["candidate"] or "-", "yes" if v["changed"] else ""]
+             for name, v in report["versions"].items()]))
+    out.append(Section(
         "Clear changes",
         f"Metrics whose 95% interval excludes zero ({report['bootstrap']} resamples of "
         + (f"whole `{report['cluster_field']}` clusters" if report["cluster_field"]
            else "traces") + ").",
         ["metric", base, cand, "delta", "95% interval"],
         [[name, _num(m["baseline"]), _num(m["candidate"]), _num(m["delta"], True), _ci(m)]
-         for name, m in clear] or [["(none)", "", "", "", ""]])]
+         for name, m in clear] or [["(none)", "", "", "", ""]]))
     out.append(Section(
         "Per 1,000 requests",
         "At each share s of unanswerable questions: 1000·s·Δ(unsupported answering on "
@@ -61,6 +71,15 @@ def sections(report: dict[str, Any]) -> list[Section]:
             ["metric", base, cand, "delta", "95% interval"],
             [[name, _num(m["baseline"]), _num(m["candidate"]), _num(m["delta"], True),
               _ci(m)] for name, m in adjusted["metrics"].items()]))
+        out.append(Section(
+            f"Where it changed: by {adjusted['dimension']}",
+            "Headline metrics per value (the baseline's largest values; the rest as other).",
+            [adjusted["dimension"], "metric", base, cand, "delta", "95% interval",
+             "n " + base, "n " + cand],
+            [[value, name, _num(m["baseline"]), _num(m["candidate"]), _num(m["delta"], True),
+              _ci(m), str(m["n_baseline"]), str(m["n_candidate"])]
+             for value, entries in adjusted.get("by_value", {}).items()
+             for name, m in entries.items()]))
     source = report.get("input", {})
     if source:
         out.append(Section("Input", "", ["", "value"],
@@ -105,6 +124,38 @@ def html_document(report: dict[str, Any], png: bytes | None) -> str:
         parts.append("</table>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+_VERDICT = (
+    ("answer_coverage", "answers (answer or partial)"),
+    ("labels.unsupported_answer_rate", "unsupported answers among labelled answers"),
+    ("labels.correct_on_answerable", "correct answers on answerable questions"),
+    ("gate_leak_rate", "gate leaks"),
+    ("usage.latency_ms_p50", "median latency (ms)"),
+    ("usage.cost_mean", "mean cost per request"),
+)
+
+
+def _verdict(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """One line per headline metric: what moved, and whether the interval says it did."""
+    lines = []
+    for name, what in _VERDICT:
+        m = report["metrics"].get(name)
+        if m is None or m["delta"] is None:
+            continue
+        if _clear(m):
+            word = "rises" if m["delta"] > 0 else "falls"
+            lines.append((what, f"{word}: {_num(m['baseline'])} → {_num(m['candidate'])} "
+                                f"({_num(m['delta'], True)}, 95% {_ci(m)})"))
+        else:
+            lines.append((what, f"no clear change: {_num(m['baseline'])} → "
+                                f"{_num(m['candidate'])} (95% {_ci(m)} includes 0)"))
+    for share, p in report["projection_per_1000"].items():
+        if p["unsupported_answers_delta"] is not None and p["correct_answers_delta"] is not None:
+            lines.append((f"per 1,000 requests, {share} unanswerable",
+                          f"{_num(p['unsupported_answers_delta'], True)} unsupported answers, "
+                          f"{_num(p['correct_answers_delta'], True)} correct answers"))
+    return lines
 
 
 def _clear(m: dict[str, Any]) -> bool:

@@ -20,6 +20,7 @@ import numpy as np
 from monitor.contract import DECISIONS, Label, Trace
 from monitor.ingest import Rejection, parse
 from monitor.labels import replaces
+from monitor.reference import COMPONENT_NAMES
 from monitor.slices import query_length
 
 __all__ = ["UNKNOWN", "Frame", "Loaded", "load", "supported_claim_ratio"]
@@ -86,6 +87,9 @@ class Loaded:
     labels_read: int = 0
     labels_rejected: Counter[str] = field(default_factory=Counter)
     labels_unmatched: int = 0
+    # release -> version component -> value -> traces (what changed between releases)
+    versions: dict[str, dict[str, Counter[str]]] = field(default_factory=dict)
+    rubrics: dict[str, Counter[str]] = field(default_factory=dict)  # release -> rubric
 
 
 def load(trace_lines: Iterable[bytes], label_lines: Iterable[bytes] = (),
@@ -122,7 +126,18 @@ def load(trace_lines: Iterable[bytes], label_lines: Iterable[bytes] = (),
             labels[label.trace_id] = label
     unmatched = sum(trace_id not in traces for trace_id in labels)
     frame = _columns(list(traces.values()), labels, dimensions)
-    return Loaded(frame, read, rejected, duplicates, labels_read, labels_rejected, unmatched)
+    versions: dict[str, dict[str, Counter[str]]] = {}
+    rubrics: dict[str, Counter[str]] = {}
+    for t in traces.values():
+        release = t.system.release
+        by_name = versions.setdefault(release, {name: Counter() for name in COMPONENT_NAMES})
+        for name, value in zip(COMPONENT_NAMES, t.system.components(), strict=True):
+            if value is not None:
+                by_name[name][value] += 1
+        if t.requirements is not None and t.requirements.rubric is not None:
+            rubrics.setdefault(release, Counter())[t.requirements.rubric] += 1
+    return Loaded(frame, read, rejected, duplicates, labels_read, labels_rejected, unmatched,
+                  versions, rubrics)
 
 
 def supported_claim_ratio(trace: Trace) -> float:

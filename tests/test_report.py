@@ -99,3 +99,23 @@ def test_calibrate_recommends_and_checks_on_the_holdout(files, capsys):
     assert main(["calibrate", str(files / "traces.jsonl"), "--labels",
                  str(files / "labels.jsonl"), "--rules", str(files / "bad.yaml"),
                  "--out", str(out)]) == 2
+
+
+def test_report_names_what_changed_and_warns_on_incomparable_rubrics(tmp_path):
+    def trace(i, release, rubric, index):
+        return json.dumps({
+            "schema": "rag-decision/1", "trace_id": f"{release}-{i}",
+            "ts": "2026-11-29T10:00:00Z", "decision": "answer",
+            "system": {"release": release, "index_version": index},
+            "requirements": {"expected": ["a", "b"], "covered": ["a"], "rubric": rubric}})
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join([trace(i, "r1", "v1", "kb-1") for i in range(20)]
+                              + [trace(i, "r2", "v2", "kb-2") for i in range(20)]) + "\n")
+    out = tmp_path / "r.json"
+    assert main(["report", str(path), "--baseline", "r1", "--candidate", "r2", "--bootstrap",
+                 "50", "--format", "json", "--out", str(out), "--no-progress"]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["versions"]["index_version"] == {"baseline": "kb-1", "candidate": "kb-2",
+                                                "changed": True}
+    assert any("rubric v1" in w and "not comparable" in w for w in doc["warnings"])
+    assert doc["metrics"]["labels.selective_accuracy"]["baseline"] is None  # no labels
