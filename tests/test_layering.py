@@ -12,12 +12,12 @@ ORDER = [
     "contract", "settings", "ingest", "slices", "layout", "encode", "aggregate", "windows",
     "dedupe", "labels", "derive", "detectors", "thresholds", "reference", "streams", "drift",
     "pipeline", "watch", "backtest", "frame", "compare", "gate", "summary", "checkpoint",
-    "export", "simulate",
+    "snapshot", "status", "export", "simulate",
     "render", "files", "plots", "documents",
     "broker", "client", "references", "telemetry", "app", "demo", "analyze", "cli",
 ]
 THIRD_PARTY_HOMES = {
-    "faust": {"app"}, "prometheus_client": {"export"}, "kafka": {"client"},
+    "faust": {"app"}, "prometheus_client": {"export", "status"}, "kafka": {"client"},
     "scipy": {"report", "detect"}, "pydantic": {"settings"}, "pydantic_settings": {"settings"},
     "rich": {"render"}, "matplotlib": {"plots"}, "yaml": {"analyze"},
 }
