@@ -99,6 +99,7 @@ def test_drift_alert_reaches_the_webhook_and_every_panel_has_data(broker, tmp_pa
         sim = Simulator(seed=9, scenario="embedding_shift", change_at=10_000, rate=100.0,
                         start=start)
         produce(settings, settings.topic_decisions, list(sim.traces(10_000)))
+        produce(settings, settings.topic_labels, sim.labels)  # label panels need data too
         top = (("dimension", "all"), ("direction", "down"), ("release", "2026.11.3"),
                ("signal", "top_score"), ("value", "all"))
         wait_for(lambda: math.isfinite(scrape(metrics).get(("ragmon_drift_threshold", top),
