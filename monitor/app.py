@@ -30,7 +30,7 @@ import faust
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.helpers import create_ssl_context
 
-from monitor import checkpoint, telemetry
+from monitor import checkpoint, stall, telemetry
 from monitor.backtest import to_record
 from monitor.client import connection
 from monitor.drift import Drift, DriftConfig, DriftView
@@ -87,6 +87,7 @@ class Worker:
         self.references_loaded = False
         self.drift_view: DriftView = self.drift.view()
         self.tracer = telemetry.tracer(settings)
+        self.last_progress = time.monotonic()
 
     async def fold(self, events: Sequence[Any], kind: str) -> None:
         with self.tracer.start_as_current_span(
@@ -120,6 +121,42 @@ class Worker:
             await self._detect()
         self.health["batch_seconds"] += time.perf_counter() - started
         self.health["batches"] += 1
+        self.last_progress = time.monotonic()
+
+    async def check_stall(self) -> None:
+        """Restart in place when owned partitions hold unread decisions and no batch has
+        completed for `stall_seconds` (see monitor/stall.py)."""
+        idle = time.monotonic() - self.last_progress
+        if not self.settings.stall_seconds or idle < self.settings.stall_seconds:
+            return
+        topic = self.settings.topic_decisions
+        owned = sorted(tp.partition for tp in self.app.consumer.assignment()
+                       if tp.topic == topic)
+        if not owned:
+            return
+        ends = await self._end_offsets(topic, owned)
+        applied = {}
+        for partition in owned:
+            state = self.states.get(partition) or await self._recover(partition)
+            applied[partition] = state.offsets.get(topic, -1)
+        waiting = stall.lagging(ends, applied)
+        if waiting:
+            log.error("stalled: partitions %s hold unread decisions (end offsets %s, applied "
+                      "%s) and no batch for %.0f s; restarting in place", waiting, ends,
+                      applied, idle)
+            stall.restart_in_place()
+        self.last_progress = time.monotonic()  # caught up: look again after another period
+
+    async def _end_offsets(self, topic: str, partitions: list[int]) -> dict[int, int]:
+        consumer = AIOKafkaConsumer(**_aiokafka_options(self.settings), group_id=None,
+                                    enable_auto_commit=False)
+        await consumer.start()
+        try:
+            tps = [TopicPartition(topic, p) for p in partitions]
+            ends = await consumer.end_offsets(tps)
+            return {tp.partition: offset for tp, offset in ends.items()}
+        finally:
+            await consumer.stop()
 
     async def _detect(self) -> None:
         """Run the detectors on windows every owned partition has closed; publish new
@@ -369,6 +406,13 @@ def build(settings: Settings, *, broker_session_timeout: float = 4.0,
     @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
     async def refresh() -> None:
         worker.refresh()
+
+    @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
+    async def watchdog() -> None:
+        try:
+            await worker.check_stall()
+        except Exception:  # the broker may be away; the next look retries
+            log.exception("stall check failed")
 
     @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
     async def references() -> None:

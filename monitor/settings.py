@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     app_id: str = Field(default="ragmon", pattern=r"^[A-Za-z0-9._-]{1,64}$")
     batch_size: int = Field(default=1000, ge=1, le=100_000)
     batch_seconds: float = Field(default=0.5, gt=0, le=60)
+    # Decisions waiting in owned partitions and no batch for this long: the worker
+    # restarts itself in place (monitor/stall.py). 0 disables the watchdog.
+    stall_seconds: float = Field(default=60.0, ge=0)
     # Prometheus endpoint of this worker, and the ceiling on the series it exports.
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(default=9464, ge=0, le=65_535)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -183,3 +184,57 @@ def test_kill_9_mid_stream_and_restart_counts_exactly(broker, tmp_path):
         assert release_traces(got) == valid
     finally:
         stop(second)
+
+
+def test_two_workers_one_killed_the_other_takes_over_exactly(broker, tmp_path):
+    settings = load(bootstrap_servers=broker.bootstrap)
+    messages = list(Simulator(seed=7, scenario="bad_input", change_at=0).traces(6000))
+    valid = sum(not isinstance(parse(m), Rejection) for m in messages)
+    # A survivor whose agent stalls after the takeover restarts itself (monitor/stall.py).
+    env = {"RAGMON_STALL_SECONDS": "15"}
+    first, port_a = start_worker(broker, tmp_path, "a", env=env)
+    second, port_b = start_worker(broker, tmp_path, "b", env=env)
+    try:
+        owned = ("ragmon_partitions_owned", ())
+        wait_for(lambda: scrape(port_a).get(owned) == scrape(port_b).get(owned) == 2,
+                 what="the partitions shared by two workers")
+        produce(settings, settings.topic_decisions, messages[:3000])
+        wait_for(lambda: outcome(scrape(port_a), "read") + outcome(scrape(port_b), "read")
+                 >= 1500, what="both workers reading")
+        first.kill()  # kill -9 mid-stream: its partitions move to the survivor
+        first.wait()
+        produce(settings, settings.topic_decisions, messages[3000:])
+        wait_for(lambda: scrape(port_b).get(owned) == 4, what="the survivor owning all")
+        wait_for(lambda: release_traces(scrape(port_b)) >= valid, timeout=150,
+                 what="every valid trace counted by the survivor")
+        time.sleep(2)  # nothing more may arrive: a double count would show now
+        got = scrape(port_b)
+        assert release_traces(got) == valid
+        assert outcome(got, "folded") == valid
+    finally:
+        for process in (first, second):
+            if process.poll() is None:
+                stop(process)
+
+
+def test_stall_watchdog_restarts_in_place_and_counts_exactly(broker, tmp_path):
+    settings = load(bootstrap_servers=broker.bootstrap)
+    messages = list(Simulator(seed=3).traces(4000))
+    process, port = start_worker(broker, tmp_path, "w", env={"RAGMON_STALL_SECONDS": "3"})
+    try:
+        produce(settings, settings.topic_decisions, messages[:2000])
+        wait_for(lambda: release_traces(scrape(port)) == 2000, what="the first half")
+        # Frozen while decisions arrive: on waking, no batch for longer than the stall
+        # limit and unread decisions in its partitions -> it restarts itself in place.
+        process.send_signal(signal.SIGSTOP)
+        produce(settings, settings.topic_decisions, messages[2000:])
+        time.sleep(6)
+        process.send_signal(signal.SIGCONT)
+        wait_for(lambda: release_traces(scrape(port)) >= 4000, timeout=90,
+                 what="every trace after the restart")
+        time.sleep(2)
+        assert release_traces(scrape(port)) == 4000
+        assert process.poll() is None  # the same process (PID), a fresh worker inside
+        assert b"restarting in place" in (tmp_path / "w.log").read_bytes()
+    finally:
+        stop(process)
