@@ -281,7 +281,7 @@ def _resample(sums: np.ndarray, resamples: int, rng: np.random.Generator,
 
 
 def _total(sums: np.ndarray, shape: tuple[int, int], col: int) -> np.ndarray:
-    return sums[:, : shape[0] * shape[1]].reshape(-1, *shape)[:, :, col].sum(axis=1)
+    return np.asarray(sums[:, : shape[0] * shape[1]].reshape(-1, *shape)[:, :, col].sum(axis=1))
 
 
 def _ratio(sums: np.ndarray, shape: tuple[int, int], num: int, den: int) -> np.ndarray:
@@ -291,7 +291,9 @@ def _ratio(sums: np.ndarray, shape: tuple[int, int], num: int, den: int) -> np.n
 def _divide(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
     """top / bottom, NaN where the denominator is empty (becomes null in the report)."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1.0), np.nan)
+        quotient: np.ndarray = np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1.0),
+                                        np.nan)
+    return quotient
 
 
 def _hist_median(hist: np.ndarray, edges: np.ndarray) -> np.ndarray:

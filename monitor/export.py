@@ -59,7 +59,6 @@ METRICS: Final = (
     "ragmon_reference_signal_bucket_ratio", "ragmon_label_rate", "ragmon_label_rate_traces",
     "ragmon_label_events_waiting",
 )
-status.SIGNAL_BUCKETS: Final = 10  # exported buckets per unit-range signal (le=0.1 .. 1.0)
 
 
 class Collector(_Collector):

@@ -11,9 +11,9 @@ earlier one. Unknown booleans are -1, missing numbers NaN.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final, TypeVar
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from monitor.slices import query_length
 
 __all__ = ["UNKNOWN", "Frame", "Loaded", "load", "supported_claim_ratio"]
 
+E = TypeVar("E", Trace, Label)
 UNKNOWN: Final = -1
 SIGNALS: Final = ("top_score", "query_coverage", "supported_claim_ratio", "critical_support")
 _SELF_CHECK = {"pass": 1, "reject": 0}
@@ -60,20 +61,21 @@ class Frame:
     def take(self, mask: np.ndarray) -> Frame:
         """The rows where `mask` holds (a boolean array or indices)."""
         def pick(column: np.ndarray) -> np.ndarray:
-            return column[mask]
-        return Frame(
-            **{name: ({k: pick(v) for k, v in value.items()} if isinstance(value, dict)
-                      else pick(value))
-               for name, value in vars(self).items()})
+            return np.asarray(column[mask])
+        columns: dict[str, Any] = {
+            name: ({k: pick(v) for k, v in value.items()} if isinstance(value, dict)
+                   else pick(value))
+            for name, value in vars(self).items()}
+        return Frame(**columns)
 
     @property
     def answered(self) -> np.ndarray:
-        return self.decision != DECISIONS.index("abstain")
+        return np.asarray(self.decision != DECISIONS.index("abstain"))
 
     @property
     def labelled(self) -> np.ndarray:
-        return ((self.answerable != UNKNOWN) | (self.correct != UNKNOWN)
-                | (self.unsupported_critical != UNKNOWN))
+        return np.asarray((self.answerable != UNKNOWN) | (self.correct != UNKNOWN)
+                          | (self.unsupported_critical != UNKNOWN))
 
 
 @dataclass
@@ -97,30 +99,18 @@ def load(trace_lines: Iterable[bytes], label_lines: Iterable[bytes] = (),
     """Parse traces and labels (any order), join them, and build the columns."""
     traces: dict[str, Trace] = {}
     rejected: Counter[str] = Counter()
-    read = duplicates = 0
-    for raw in trace_lines:
-        if not raw.strip():
-            continue
-        read += 1
-        parsed = parse(raw, expect=Trace)
-        if isinstance(parsed, Rejection):
-            rejected[parsed.reason] += 1
-        elif parsed.event.trace_id in traces:  # type: ignore[union-attr]
+    duplicates = 0
+    for trace in _valid(trace_lines, Trace, rejected):
+        if trace.trace_id in traces:
             duplicates += 1
         else:
-            traces[parsed.event.trace_id] = parsed.event  # type: ignore[union-attr,assignment]
+            traces[trace.trace_id] = trace
+    read = len(traces) + duplicates + sum(rejected.values())
     labels: dict[str, Label] = {}
     labels_rejected: Counter[str] = Counter()
-    labels_read = 0
-    for raw in label_lines:
-        if not raw.strip():
-            continue
-        labels_read += 1
-        parsed = parse(raw, expect=Label)
-        if isinstance(parsed, Rejection):
-            labels_rejected[parsed.reason] += 1
-            continue
-        label: Label = parsed.event  # type: ignore[assignment]
+    labels_valid = 0
+    for label in _valid(label_lines, Label, labels_rejected):
+        labels_valid += 1
         old = labels.get(label.trace_id)
         if old is None or replaces(label, old):
             labels[label.trace_id] = label
@@ -136,8 +126,20 @@ def load(trace_lines: Iterable[bytes], label_lines: Iterable[bytes] = (),
                 by_name[name][value] += 1
         if t.requirements is not None and t.requirements.rubric is not None:
             rubrics.setdefault(release, Counter())[t.requirements.rubric] += 1
+    labels_read = labels_valid + sum(labels_rejected.values())
     return Loaded(frame, read, rejected, duplicates, labels_read, labels_rejected, unmatched,
                   versions, rubrics)
+
+
+def _valid(lines: Iterable[bytes], expect: type[E], rejected: Counter[str]) -> Iterator[E]:
+    """The valid events of `expect` among non-blank lines; rejections counted by reason."""
+    for raw in lines:
+        if raw.strip():
+            parsed = parse(raw, expect=expect)
+            if isinstance(parsed, Rejection):
+                rejected[parsed.reason] += 1
+            else:
+                yield parsed.event  # type: ignore[misc]
 
 
 def supported_claim_ratio(trace: Trace) -> float:

@@ -24,7 +24,7 @@ abstentions, per 1,000 labelled traces.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import numpy as np
 
@@ -171,7 +171,7 @@ def recommend(frame: Frame, rules: Rules, costs: Costs
         for key, current in rules.thresholds().items():
             rows = []
             for value in sweep_values(frame, key, current):
-                candidate = replace(best, **{key: value})
+                candidate = replace(best, **cast(dict[str, Any], {key: value}))
                 row = {"value": value, **evaluate(frame, replay(frame, candidate), costs)}
                 rows.append(row)
                 cost = _cost(row)
