@@ -71,7 +71,11 @@ class Worker:
         self._recovering = asyncio.Lock()
         self.collector = Collector(settings.series_budget)
         self.health: dict[str, float] = {"dlq_produced": 0, "batch_seconds": 0.0, "batches": 0,
-                                         "errors": 0, "replayed_skipped": 0, "checkpoints": 0}
+                                         "errors": 0, "replayed_skipped": 0, "checkpoints": 0,
+                                         "state_lost": 0}
+        # Offsets this process applied per partition, kept when a partition is revoked:
+        # a later checkpoint behind them means the broker lost its log (memory broker).
+        self.applied_here: dict[int, int] = {}
         self.dlq = app.topic(settings.topic_dlq, value_serializer="raw", key_serializer="raw")
         self.state_topic = app.topic(settings.topic_state, value_serializer="raw",
                                      key_serializer="raw")
@@ -290,6 +294,7 @@ class Worker:
                                            partition=partition)
         await sent  # delivered before the batch is acknowledged (and so committed)
         self.health["checkpoints"] += 1
+        self.applied_here[partition] = state.offsets.get(self.settings.topic_decisions, -1)
 
     async def _recover(self, partition: int) -> PartitionState:
         async with self._recovering:
@@ -301,6 +306,15 @@ class Worker:
                 state = self.states[partition] = PartitionState(pipeline, offsets)
                 log.info("partition %d: state %s, offsets %s", partition,
                          "restored" if blob else "new", offsets)
+                applied = self.applied_here.get(partition, -1)
+                if offsets.get(self.settings.topic_decisions, -1) < applied:
+                    # The checkpoint is gone or behind what this process wrote: the broker
+                    # lost its log (an in-memory broker restarted). Its offsets start again
+                    # too, so counting starts again rather than skipping new traces.
+                    self.health["state_lost"] += 1
+                    log.warning("partition %d: checkpoint offsets %s are behind offset %d "
+                                "applied here: the broker lost its log; counting restarts",
+                                partition, offsets, applied)
             return state
 
     async def _read_checkpoint(self, partition: int) -> bytes | None:

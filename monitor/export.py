@@ -57,7 +57,7 @@ METRICS: Final = (
     "ragmon_drift_alarms_total", "ragmon_drift_distance", "ragmon_drift_insufficient_data",
     "ragmon_reference_info", "ragmon_reference_traces", "ragmon_recalibration_required",
     "ragmon_reference_signal_bucket_ratio", "ragmon_label_rate", "ragmon_label_rate_traces",
-    "ragmon_label_events_waiting",
+    "ragmon_label_events_waiting", "ragmon_state_lost_total",
 )
 
 

@@ -95,6 +95,10 @@ def health(snap: Snapshot, budget: int) -> list[Any]:
                  [((), h.get("replayed_skipped", 0))]),
         _counter("ragmon_checkpoints", "Partition checkpoints written.", [],
                  [((), h.get("checkpoints", 0))]),
+        _counter("ragmon_state_lost", "Partitions whose checkpoint was gone or behind the "
+                 "offsets this worker had applied (the broker lost its log, e.g. an in-memory "
+                 "broker restarted): their counts start again.", [],
+                 [((), h.get("state_lost", 0))]),
         _counter("ragmon_worker_errors", "Batches that failed and were dead-lettered whole.",
                  [], [((), h.get("errors", 0))]),
         gauge("ragmon_series_budget", "The configured ceiling of exported series.", [],

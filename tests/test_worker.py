@@ -238,3 +238,23 @@ def test_stall_watchdog_restarts_in_place_and_counts_exactly(broker, tmp_path):
         assert b"restarting in place" in (tmp_path / "w.log").read_bytes()
     finally:
         stop(process)
+
+
+def test_broker_restart_with_an_empty_log_is_detected_and_new_traces_count(broker, tmp_path):
+    settings = load(bootstrap_servers=broker.bootstrap)
+    sim = Simulator(seed=3)
+    process, port = start_worker(broker, tmp_path)
+    try:
+        produce(settings, settings.topic_decisions, list(sim.traces(2000)))
+        wait_for(lambda: release_traces(scrape(port)) == 2000, what="traces before the restart")
+        broker.stop()  # the embedded broker keeps its log in memory: a restart empties it
+        broker.start()
+        produce(settings, settings.topic_decisions, list(sim.traces(1000)))
+        # Offsets start again at 0: none of the new traces may be skipped as a redelivery.
+        got = wait_for(lambda: (m := scrape(port)).get(("ragmon_state_lost_total", ())) and
+                       release_traces(m) == 1000 and m, timeout=90,
+                       what="new traces counted after the restart")
+        assert got[("ragmon_redelivered_skipped_total", ())] == 0
+        assert got[("ragmon_state_lost_total", ())] >= 1
+    finally:
+        stop(process)
