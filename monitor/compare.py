@@ -254,7 +254,9 @@ def _row_matrix(cols: dict[str, np.ndarray], keys: list[str], rows: np.ndarray,
 
 
 def _cluster_sums(matrix: np.ndarray, clusters: np.ndarray) -> np.ndarray:
-    _, inverse = np.unique(clusters, return_inverse=True)
+    names, inverse = np.unique(clusters, return_inverse=True)
+    if len(names) == len(clusters) and np.array_equal(inverse, np.arange(len(inverse))):
+        return matrix  # every trace its own cluster, already in order: no copy
     order = np.argsort(inverse, kind="stable")
     starts = np.flatnonzero(np.r_[True, np.diff(inverse[order]) != 0])
     return np.add.reduceat(matrix[order], starts, axis=0) if len(order) else matrix[:0]

@@ -27,6 +27,7 @@ __all__ = ["UNKNOWN", "Frame", "Loaded", "load", "supported_claim_ratio"]
 
 E = TypeVar("E", Trace, Label)
 UNKNOWN: Final = -1
+_CHUNK: Final = 10_000
 SIGNALS: Final = ("top_score", "query_coverage", "supported_claim_ratio", "critical_support")
 _SELF_CHECK = {"pass": 1, "reject": 0}
 
@@ -68,6 +69,17 @@ class Frame:
             for name, value in vars(self).items()}
         return Frame(**columns)
 
+    @classmethod
+    def concat(cls, parts: list[Frame]) -> Frame:
+        """The rows of `parts`, in order (all built with the same dimensions)."""
+        first = vars(parts[0])
+        columns: dict[str, Any] = {
+            name: ({k: np.concatenate([vars(p)[name][k] for p in parts]) for k in value}
+                   if isinstance(value, dict)
+                   else np.concatenate([vars(p)[name] for p in parts]))
+            for name, value in first.items()}
+        return cls(**columns)
+
     @property
     def answered(self) -> np.ndarray:
         return np.asarray(self.decision != DECISIONS.index("abstain"))
@@ -97,15 +109,26 @@ class Loaded:
 def load(trace_lines: Iterable[bytes], label_lines: Iterable[bytes] = (),
          dimensions: tuple[str, ...] = ()) -> Loaded:
     """Parse traces and labels (any order), join them, and build the columns."""
-    traces: dict[str, Trace] = {}
+    rows: dict[str, int] = {}  # trace id -> row: de-duplication and the label join
     rejected: Counter[str] = Counter()
     duplicates = 0
-    for trace in _valid(trace_lines, Trace, rejected):
-        if trace.trace_id in traces:
+    versions: dict[str, dict[str, Counter[str]]] = {}
+    rubrics: dict[str, Counter[str]] = {}
+    parts: list[Frame] = []
+    chunk: list[Trace] = []  # traces become columns in chunks: decoded traces are large
+    for t in _valid(trace_lines, Trace, rejected):
+        if t.trace_id in rows:
             duplicates += 1
-        else:
-            traces[trace.trace_id] = trace
-    read = len(traces) + duplicates + sum(rejected.values())
+            continue
+        rows[t.trace_id] = len(rows)
+        chunk.append(t)
+        _count_versions(t, versions, rubrics)
+        if len(chunk) >= _CHUNK:
+            parts.append(_columns(chunk, dimensions))
+            chunk = []
+    parts.append(_columns(chunk, dimensions))
+    frame = Frame.concat(parts)
+    read = len(rows) + duplicates + sum(rejected.values())
     labels: dict[str, Label] = {}
     labels_rejected: Counter[str] = Counter()
     labels_valid = 0
@@ -114,21 +137,29 @@ def load(trace_lines: Iterable[bytes], label_lines: Iterable[bytes] = (),
         old = labels.get(label.trace_id)
         if old is None or replaces(label, old):
             labels[label.trace_id] = label
-    unmatched = sum(trace_id not in traces for trace_id in labels)
-    frame = _columns(list(traces.values()), labels, dimensions)
-    versions: dict[str, dict[str, Counter[str]]] = {}
-    rubrics: dict[str, Counter[str]] = {}
-    for t in traces.values():
-        release = t.system.release
-        by_name = versions.setdefault(release, {name: Counter() for name in COMPONENT_NAMES})
-        for name, value in zip(COMPONENT_NAMES, t.system.components(), strict=True):
-            if value is not None:
-                by_name[name][value] += 1
-        if t.requirements is not None and t.requirements.rubric is not None:
-            rubrics.setdefault(release, Counter())[t.requirements.rubric] += 1
+    unmatched = 0
+    for trace_id, label in labels.items():
+        row = rows.get(trace_id)
+        if row is None:
+            unmatched += 1
+            continue
+        frame.answerable[row] = _flag(label.answerable)
+        frame.correct[row] = _flag(label.correct)
+        frame.unsupported_critical[row] = _flag(label.unsupported_critical)
     labels_read = labels_valid + sum(labels_rejected.values())
     return Loaded(frame, read, rejected, duplicates, labels_read, labels_rejected, unmatched,
                   versions, rubrics)
+
+
+def _count_versions(t: Trace, versions: dict[str, dict[str, Counter[str]]],
+                    rubrics: dict[str, Counter[str]]) -> None:
+    release = t.system.release
+    by_name = versions.setdefault(release, {name: Counter() for name in COMPONENT_NAMES})
+    for name, value in zip(COMPONENT_NAMES, t.system.components(), strict=True):
+        if value is not None:
+            by_name[name][value] += 1
+    if t.requirements is not None and t.requirements.rubric is not None:
+        rubrics.setdefault(release, Counter())[t.requirements.rubric] += 1
 
 
 def _valid(lines: Iterable[bytes], expect: type[E], rejected: Counter[str]) -> Iterator[E]:
@@ -156,8 +187,8 @@ def _flag(value: bool | None) -> int:
     return UNKNOWN if value is None else int(value)
 
 
-def _columns(traces: list[Trace], labels: dict[str, Label],
-             dimensions: tuple[str, ...]) -> Frame:
+def _columns(traces: list[Trace], dimensions: tuple[str, ...]) -> Frame:
+    """The columns of `traces` (labels unknown: `load` joins them afterwards)."""
     n = len(traces)
     ints = {name: np.full(n, UNKNOWN, dtype=np.int8) for name in (
         "claims_unsupported", "all_required", "critical_missed", "verbatim_failure",
@@ -204,11 +235,6 @@ def _columns(traces: list[Trace], labels: dict[str, Label],
                 value = getattr(t.usage, name)
                 if value is not None:
                     floats[name][i] = value
-        label = labels.get(t.trace_id)
-        if label is not None:
-            ints["answerable"][i] = _flag(label.answerable)
-            ints["correct"][i] = _flag(label.correct)
-            ints["unsupported_critical"][i] = _flag(label.unsupported_critical)
     return Frame(
         release=np.array(release, dtype=object), cluster=np.array(cluster, dtype=object),
         slices={dim: np.array(values, dtype=object) for dim, values in slices.items()},
