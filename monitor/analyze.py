@@ -78,6 +78,8 @@ def _report(args: argparse.Namespace) -> int:
     shares = _shares(args.unanswerable_share)
     if args.bootstrap < 1:
         raise InputError("--bootstrap must be at least 1")
+    if args.baseline == args.candidate:
+        raise InputError(f"--baseline and --candidate are both {args.baseline!r}")
     loaded = _load(args.files, args.labels, settings.slice_dimensions)
     frame = _clustered(loaded.frame, args.cluster_field)
     releases = sorted(set(frame.release))

@@ -74,6 +74,8 @@ def test_report_refuses_unknown_releases_and_options(files, capsys):
                  "--candidate", CAND]) == 2
     assert "nope" in capsys.readouterr().err
     assert report(files, "--unanswerable-share", "1.5") == 2
+    assert main(["report", str(files / "traces.jsonl"), "--baseline", BASE,
+                 "--candidate", BASE]) == 2
     assert report(files, "--cluster-field", "tenant") == 2
 
 
