@@ -28,11 +28,9 @@ from typing import Any, TypeVar
 
 import faust
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.helpers import create_ssl_context
 
-from monitor import checkpoint, stall, telemetry
+from monitor import checkpoint, stall, telemetry, topics
 from monitor.backtest import to_record
-from monitor.client import connection
 from monitor.drift import Drift, DriftConfig, DriftView
 from monitor.export import Collector, serve, snapshot_of
 from monitor.ingest import Rejection
@@ -138,7 +136,7 @@ class Worker:
                        if tp.topic == topic)
         if not owned:
             return
-        ends = await self._end_offsets(topic, owned)
+        ends = await topics.end_offsets(self.settings, topic, owned)
         applied = {}
         for partition in owned:
             state = self.states.get(partition) or await self._recover(partition)
@@ -150,17 +148,6 @@ class Worker:
                       applied, idle)
             stall.restart_in_place()
         self.last_progress = time.monotonic()  # caught up: look again after another period
-
-    async def _end_offsets(self, topic: str, partitions: list[int]) -> dict[int, int]:
-        consumer = AIOKafkaConsumer(**_aiokafka_options(self.settings), group_id=None,
-                                    enable_auto_commit=False)
-        await consumer.start()
-        try:
-            tps = [TopicPartition(topic, p) for p in partitions]
-            ends = await consumer.end_offsets(tps)
-            return {tp.partition: offset for tp, offset in ends.items()}
-        finally:
-            await consumer.stop()
 
     async def _detect(self) -> None:
         """Run the detectors on windows every owned partition has closed; publish new
@@ -215,7 +202,7 @@ class Worker:
         """Apply what `ragmon reference freeze/import` put on the references topic since the
         last poll: a new reference is installed, a freeze request re-freezes the release."""
         if self.references_consumer is None:
-            consumer = AIOKafkaConsumer(**_aiokafka_options(self.settings), group_id=None,
+            consumer = AIOKafkaConsumer(**topics.aiokafka_options(self.settings), group_id=None,
                                         enable_auto_commit=False, auto_offset_reset="latest")
             await consumer.start()
             consumer.assign([TopicPartition(self.settings.topic_references, 0)])
@@ -241,7 +228,7 @@ class Worker:
 
     async def _load_references(self) -> None:
         """The newest reference of every release from the references topic."""
-        blobs = await self._read_topic(self.settings.topic_references, 0, None)
+        blobs = await topics.read_topic(self.settings, self.settings.topic_references, 0, None)
         for key, blob in blobs.items():
             if key.startswith(FREEZE_PREFIX):
                 continue
@@ -320,38 +307,8 @@ class Worker:
     async def _read_checkpoint(self, partition: int) -> bytes | None:
         """The newest checkpoint of a partition, read from the state topic."""
         key = self._state_key(partition)
-        return (await self._read_topic(self.settings.topic_state, partition, key)).get(key)
-
-    async def _read_topic(self, topic: str, partition: int,
-                          only: bytes | None) -> dict[bytes, bytes]:
-        """The newest value per key (or of key `only`) in one partition of a topic."""
-        consumer = AIOKafkaConsumer(**_aiokafka_options(self.settings), group_id=None,
-                                    enable_auto_commit=False, auto_offset_reset="earliest")
-        await consumer.start()
-        tp = TopicPartition(topic, partition)
-        newest: dict[bytes, bytes] = {}
-        try:
-            consumer.assign([tp])
-            await consumer.seek_to_beginning(tp)
-            end = (await consumer.end_offsets([tp]))[tp]
-            read = 0
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                records = (await consumer.getmany(tp, timeout_ms=300)).get(tp, [])
-                read += len(records)
-                for record in records:
-                    if record.key is not None and (only is None or record.key == only):
-                        newest[record.key] = record.value
-                # Stop on an empty poll at or past the end: the embedded broker reports the
-                # end as the start of the last batch, so "position >= end" alone is early.
-                position = await consumer.position(tp)
-                if not records and position >= end:
-                    log.info("%s/%d: read %d records up to %d", topic, partition, read,
-                             position)
-                    return newest
-            raise RuntimeError(f"{topic}/{partition} not read within 120 s")
-        finally:
-            await consumer.stop()
+        newest = await topics.read_topic(self.settings, self.settings.topic_state, partition, key)
+        return newest.get(key)
 
     def _state_key(self, partition: int) -> bytes:
         return f"{self.settings.app_id}:{self.settings.topic_decisions}:{partition}".encode()
@@ -385,15 +342,6 @@ class Worker:
         self.health["watermark_lag"] = max(time.time() - watermark, 0.0) if watermark > 0 else 0
         with self.tracer.start_as_current_span("ragmon.export"):
             self.collector.current = snapshot_of(pipelines, self.health, self.drift_view)
-
-
-def _aiokafka_options(settings: Settings) -> dict[str, Any]:
-    """kafka-python's connection options, which aiokafka shares but for the CA file."""
-    options = connection(settings)
-    cafile = options.pop("ssl_cafile", None)
-    if settings.security_protocol in ("SSL", "SASL_SSL"):
-        options["ssl_context"] = create_ssl_context(cafile=cafile)
-    return options
 
 
 def build(settings: Settings, *, broker_session_timeout: float = 4.0,

@@ -14,7 +14,8 @@ ORDER = [
     "pipeline", "watch", "backtest", "frame", "compare", "gate", "summary", "checkpoint",
     "snapshot", "status", "export", "simulate",
     "render", "files", "plots", "documents",
-    "broker", "client", "references", "telemetry", "stall", "app", "demo", "analyze", "cli",
+    "broker", "client", "references", "telemetry", "topics", "stall", "app", "demo", "analyze",
+    "cli",
 ]
 THIRD_PARTY_HOMES = {
     "faust": {"app"}, "prometheus_client": {"export", "status"}, "kafka": {"client"},
