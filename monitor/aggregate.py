@@ -14,7 +14,7 @@ commutative (sums are float; their addition is exact up to rounding).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -40,7 +40,7 @@ class Cell(NamedTuple):
 class Table:
     """Statistics of many cells; rows are allocated on first use and never move."""
 
-    __slots__ = ("_rows", "counts", "extras", "index", "keys", "layout", "sums")
+    __slots__ = ("_rows", "counts", "extras", "index", "keys", "layout", "sums", "version")
 
     def __init__(self, layout: Layout, capacity: int = 16) -> None:
         self.layout = layout
@@ -50,6 +50,7 @@ class Table:
         self.sums = np.zeros((capacity, layout.n_sums), np.float64)
         self.extras: dict[tuple[int, str, str], int] = {}
         self._rows: dict[Slicing, tuple[int, ...]] = {}  # rows of a slicing, padded with -1
+        self.version = 0  # bumped by every change (checkpoints re-encode changed tables only)
 
     @classmethod
     def empty(cls, layout: Layout) -> Table:
@@ -66,6 +67,7 @@ class Table:
         row = self.index.get(key)
         if row is None:
             row = len(self.keys)
+            self.version += 1
             self.index[key] = row
             self.keys.append(key)
             if row == len(self.counts):
@@ -89,6 +91,7 @@ class Table:
 
     def add(self, rows: np.ndarray, contrib: Contributions) -> None:
         """Fold a batch: trace i contributes to every row in `rows[i]` (>= 0)."""
+        self.version += 1
         self._scatter(self.counts, rows, contrib.count_trace, contrib.count_col, None)
         self._scatter(self.sums, rows, contrib.sum_trace, contrib.sum_col, contrib.sum_value)
         if contrib.extras:
@@ -102,6 +105,7 @@ class Table:
 
     def add_columns(self, rows: Iterable[int], cols: Sequence[int], sign: int = 1) -> None:
         """Add (or with sign -1, retract) +1 in `cols` of each row: label and feedback joins."""
+        self.version += 1
         for row in rows:
             for col in cols:
                 self.counts[row, col] += sign
@@ -118,6 +122,21 @@ class Table:
                 key = (int(target[row]), kind, name)
                 merged.extras[key] = merged.extras.get(key, 0) + n
         return merged
+
+    def only(self, releases: Callable[[str], bool]) -> Table:
+        """The cells of the releases `releases` accepts (this table itself if all are)."""
+        kept = [row for row, key in enumerate(self.keys) if releases(key[0])]
+        if len(kept) == len(self.keys):
+            return self
+        table = Table(self.layout, max(16, len(kept)))
+        for key in (self.keys[row] for row in kept):
+            table.row(key)
+        table.counts[: len(kept)] = self.counts[kept]
+        table.sums[: len(kept)] = self.sums[kept]
+        new_row = {old: new for new, old in enumerate(kept)}
+        table.extras = {(new_row[row], kind, name): n for (row, kind, name), n
+                        in self.extras.items() if row in new_row}
+        return table
 
     def cell(self, key: CellKey) -> Cell | None:
         row = self.index.get(key)

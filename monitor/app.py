@@ -35,6 +35,7 @@ from monitor.drift import Drift, DriftConfig, DriftView
 from monitor.export import Collector, serve, snapshot_of
 from monitor.ingest import Rejection
 from monitor.layout import from_settings
+from monitor.merge import Merger, owner
 from monitor.pipeline import Pipeline
 from monitor.reference import FREEZE_PREFIX, from_bytes
 from monitor.settings import Settings
@@ -79,13 +80,17 @@ class Worker:
                                      key_serializer="raw")
         self.references_topic = app.topic(settings.topic_references, value_serializer="raw",
                                           key_serializer="raw")
-        # Detection runs on this worker's partitions merged (all of them when it is alone).
+        # Stage two: every partition's checkpoint merged; this worker detects on and
+        # exports the releases it owns (monitor/merge.py).
         self.drift = Drift(from_settings(settings), DriftConfig.from_settings(settings),
                            calibrate_inline=False)
         self.calibrating: asyncio.Task[None] | None = None
         self.published: dict[bytes, bytes] = {}  # references this worker knows, by key
         self.references_consumer: AIOKafkaConsumer | None = None
         self.watch = Watch(self.drift, settings.window_seconds, settings.allowed_lateness_seconds)
+        self.merger = Merger(self.drift.layout, self.watch)
+        self.partials = topics.Tail(settings, settings.topic_state, settings.partitions)
+        self.owned: frozenset[int] = frozenset()  # decisions partitions assigned here
         self.references_loaded = False
         self.drift_view: DriftView = self.drift.view()
         self.tracer = telemetry.tracer(settings)
@@ -119,8 +124,6 @@ class Worker:
             state.offsets[topic] = max(e.message.offset for e in fresh)
             await self._retrying(partial(self._checkpoint, partition, state),
                                  f"partition {partition}: checkpoint")
-        if kind == "decisions":
-            await self._detect()
         self.health["batch_seconds"] += time.perf_counter() - started
         self.health["batches"] += 1
         self.last_progress = time.monotonic()
@@ -149,15 +152,34 @@ class Worker:
             stall.restart_in_place()
         self.last_progress = time.monotonic()  # caught up: look again after another period
 
+    def owns(self, release: str) -> bool:
+        """Whether this worker exports and detects on `release` (monitor/merge.py)."""
+        return owner(release, self.settings.partitions) in self.owned
+
+    async def stage_two(self) -> None:
+        """Merge the newest checkpoint of every partition (whoever wrote it), detect on the
+        releases this worker owns, and swap in a new snapshot for the scrapes."""
+        assignment = self.app.consumer.assignment() if self.app.consumer else set()
+        self.owned = frozenset(tp.partition for tp in assignment
+                               if tp.topic == self.settings.topic_decisions)
+        prefix = f"{self.settings.app_id}:{self.settings.topic_decisions}:".encode()
+        for key, blob in (await self.partials.poll()).items():
+            if key.startswith(prefix):
+                try:
+                    self.merger.update(key, blob)
+                except ValueError as exc:  # another version or layout: say so, go on
+                    log.warning("checkpoint %r not merged: %s", key, exc)
+        await self._detect()
+        self.refresh()
+
     async def _detect(self) -> None:
-        """Run the detectors on windows every owned partition has closed; publish new
-        references so that a restarted or second worker uses the same ones."""
+        """Run the detectors of owned releases on windows every partition has closed;
+        publish new references so that a restarted or second worker uses the same ones."""
         frozen_before = dict(self.drift.references)
-        pipelines = [state.pipeline for state in self.states.values()]
         try:
             with self.tracer.start_as_current_span("ragmon.detect"):
-                raised = self.watch.run(pipelines)
-                self.drift_view = self.drift.view()
+                raised = self.merger.detect(self.owns)
+                self.drift_view = self.drift.view(self.owns)
         except Exception:  # detection must never stop the fold
             log.exception("drift detection failed")
             self.health["errors"] += 1
@@ -187,7 +209,7 @@ class Worker:
                 log.exception("threshold calibration failed")
                 self.health["errors"] += 1
                 return
-            self.drift_view = self.drift.view()
+            self.drift_view = self.drift.view(self.owns)
             log.info("thresholds calibrated for %d streams in %.1f s",
                      len(self.drift.detectors), time.perf_counter() - started)
 
@@ -223,7 +245,7 @@ class Worker:
                     continue
                 self.published[key] = value
                 log.info("reference for release %s installed from the topic", key.decode())
-        self.drift_view = self.drift.view()
+        self.drift_view = self.drift.view(self.owns)
         self._calibrate_soon()
 
     async def _load_references(self) -> None:
@@ -238,7 +260,7 @@ class Worker:
             except ValueError as exc:  # another layout (settings changed): skip, say so
                 log.warning("reference not loaded: %s", exc)
         self.references_loaded = True
-        self.drift_view = self.drift.view()
+        self.drift_view = self.drift.view(self.owns)
         self._calibrate_soon()
         log.info("loaded %d references", len(blobs))
 
@@ -271,7 +293,7 @@ class Worker:
                    kind: str) -> list[tuple[int, Rejection]]:
         if kind == "decisions":
             dead = pipeline.feed(raws)
-            self.watch.collect(pipeline, pipeline.close_ready())
+            pipeline.close_ready()  # into totals; stage two detects on them (merge.py)
             return dead
         return pipeline.feed_events(raws, kind)
 
@@ -331,17 +353,21 @@ class Worker:
         self.health["dlq_produced"] += 1
 
     def refresh(self) -> None:
-        """Swap in a new snapshot for the scrapes (one merge of every partition's tables)."""
-        assignment = self.app.consumer.assignment() if self.app.consumer else set()
-        self.health["partitions"] = sum(
-            1 for tp in assignment if tp.topic == self.settings.topic_decisions)
+        """Swap in a new snapshot for the scrapes: the owned releases' merged cells, and
+        this worker's own input counters and health."""
+        self.health["partitions"] = len(self.owned)
+        self.health["windows_skipped"] = self.merger.skipped
+        cells = self.merger.table().only(self.owns)
+        self.health["releases_owned"] = len({key[0] for key in cells})
         pipelines = [state.pipeline for _, state in sorted(self.states.items())]
         if not pipelines:
             pipelines = [Pipeline(self.settings, self.slicer, self.admit_missing)]
         watermark = max(p.windows.watermark for p in pipelines)
         self.health["watermark_lag"] = max(time.time() - watermark, 0.0) if watermark > 0 else 0
         with self.tracer.start_as_current_span("ragmon.export"):
-            self.collector.current = snapshot_of(pipelines, self.health, self.drift_view)
+            counters = self.merger.counters(self._state_key(p) for p in self.owned)
+            self.collector.current = snapshot_of(pipelines, self.health, self.drift_view,
+                                                 cells, counters)
 
 
 def build(settings: Settings, *, broker_session_timeout: float = 4.0,
@@ -366,8 +392,12 @@ def build(settings: Settings, *, broker_session_timeout: float = 4.0,
         _agent(worker, kind, app.topic(name, value_serializer="raw", key_serializer="raw"))
 
     @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
-    async def refresh() -> None:
-        worker.refresh()
+    async def stage_two() -> None:
+        try:
+            await worker.stage_two()
+        except Exception:  # the broker may be away; the next round retries
+            worker.health["errors"] += 1
+            log.exception("merging partitions failed")
 
     @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
     async def watchdog() -> None:

@@ -37,8 +37,8 @@ class Backtest:
         yield from self._close(final=True)
 
     def _close(self, final: bool) -> Iterator[dict[str, Any]]:
-        self.watch.collect(self.pipeline, self.pipeline.close_ready(final=final))
-        for raised in self.watch.run([self.pipeline], final=final):
+        self.watch.collect(self.pipeline.close_ready(final=final))
+        for raised in self.watch.run([self.pipeline.windows.watermark], final=final):
             yield to_record(raised)
 
 

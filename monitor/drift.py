@@ -22,6 +22,7 @@ alarm, not one per window.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -291,19 +292,27 @@ class Drift:
         return Verdict(statistic, limit, self._is_latched(key, window_start), status,
                        window_start, since)
 
-    def view(self) -> DriftView:
-        releases = set(self.windows_seen) | set(self.references) | set(self.pending)
+    def view(self, owns: Callable[[str], bool] | None = None) -> DriftView:
+        """What to export; only of the releases `owns` accepts, if given (stage two: a
+        release's owner exports its drift state, monitor/merge.py)."""
+        keep = owns or (lambda _: True)
+        releases = {r for r in (set(self.windows_seen) | set(self.references)
+                                | set(self.pending)) if keep(r)}
         verdicts = {}
         for key, verdict in list(self.verdicts.items()):
+            if not keep(key.release):
+                continue
             detector = self.detectors.get(key)
             if detector is not None and detector.threshold != verdict.threshold:
                 verdict = replace(verdict, threshold=detector.threshold)  # calibrated since
             verdicts[key] = verdict
+        references = {r: ref for r, ref in self.references.items() if keep(r)}
         return DriftView(
-            verdicts, dict(self.alarm_counts), dict(self.exemplars),
-            {r: ref.describe() for r, ref in self.references.items()},
-            {r: cell for r, ref in self.references.items()
+            verdicts, {k: n for k, n in self.alarm_counts.items() if keep(k.release)},
+            {k: e for k, e in self.exemplars.items() if keep(k.release)},
+            {r: ref.describe() for r, ref in references.items()},
+            {r: cell for r, ref in references.items()
              if (cell := ref.cell(TOTAL, TOTAL)) is not None},
             {r: list(self.stale.get(r, [])) for r in releases if self.recalibration_required(r)},
-            {k: dict(v) for k, v in self.distances.items()},
+            {k: dict(v) for k, v in self.distances.items() if keep(k[0])},
         )

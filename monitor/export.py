@@ -58,19 +58,29 @@ METRICS: Final = (
     "ragmon_reference_info", "ragmon_reference_traces", "ragmon_recalibration_required",
     "ragmon_reference_signal_bucket_ratio", "ragmon_label_rate", "ragmon_label_rate_traces",
     "ragmon_label_events_waiting", "ragmon_state_lost_total",
+    "ragmon_detection_windows_skipped_total", "ragmon_releases_owned",
 )
 
 
 class Collector(_Collector):
-    """Renders whatever snapshot `current` holds at scrape time."""
+    """Renders whatever snapshot `current` holds at scrape time.
+
+    A snapshot's families are built once (~0.1 s of CPU for 6k series) and reused by
+    every scrape until the next snapshot: HA Prometheus pairs and `?name[]=` scrapes of
+    one family do not rebuild them."""
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self.current: Snapshot | None = None
+        self._rendered: tuple[Snapshot, list[Metric]] | None = None
 
     def collect(self) -> Iterator[Metric]:
-        if self.current is not None:
-            yield from families(self.current, self.budget)
+        snap, rendered = self.current, self._rendered
+        if snap is None:
+            return
+        if rendered is None or rendered[0] is not snap:
+            rendered = self._rendered = (snap, families(snap, self.budget))
+        yield from rendered[1]
 
 
 def families(snap: Snapshot, budget: int) -> list[Metric]:

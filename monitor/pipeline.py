@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from typing import Final
+from typing import Final, NamedTuple
 
 from monitor.aggregate import Table
 from monitor.contract import Feedback, Label, Trace, to_json
@@ -23,13 +23,54 @@ from monitor.settings import Settings
 from monitor.slices import Cap, Slicer, Slicing
 from monitor.windows import Windows
 
-__all__ = ["INPUT_COUNTERS", "Pipeline"]
+__all__ = ["INPUT_COUNTERS", "RECENT_CLOSED", "Closed", "Counters", "Pipeline"]
 
 _EXEMPLARS_MAX: Final = 10_000
+# Closed windows a pipeline keeps (and checkpoints after every batch) for stage two
+# (monitor/merge.py), which reads checkpoints about once a second: windows close far
+# slower unless a backlog of old traffic is read.
+RECENT_CLOSED: Final = 4
 _COMPONENTS_MAX: Final = 64  # distinct version tuples remembered per release and window
 INPUT_COUNTERS: Final = (
     "read", "valid", "rejected", "duplicates", "late", "folded", "content_fields_dropped",
 )
+
+
+Components = tuple[str | None, ...]
+Exemplar = tuple[int, str, float]  # (input position, trace_id, ts) of a trace
+
+
+class Closed(NamedTuple):
+    """A closed window and what an alarm on it needs: the version components seen per
+    release, and the last trace per cell (as the slicing `(release, ())` for the release
+    total and `(release, ((dimension, value),))` for a slice)."""
+
+    start: int
+    table: Table
+    components: dict[str, set[Components]]
+    last: dict[Slicing, Exemplar]
+
+
+class Counters(NamedTuple):
+    """A pipeline's input counters: messages by outcome, rejections by reason, and label /
+    feedback events by outcome (read, valid, rejected, joined, expired, waiting)."""
+
+    input: dict[str, int]
+    rejected: dict[str, int]
+    events: dict[str, dict[str, int]]
+
+    @staticmethod
+    def total(many: Iterable[Counters]) -> Counters:
+        inputs: Counter[str] = Counter()
+        rejected: Counter[str] = Counter()
+        events: dict[str, Counter[str]] = {}
+        for counters in many:
+            inputs.update(counters.input)
+            rejected.update(counters.rejected)
+            for kind, counts in counters.events.items():
+                events.setdefault(kind, Counter()).update(counts)
+        return Counters(dict(inputs), dict(rejected),
+                        {kind: dict(counts) for kind, counts in events.items()})
 
 
 class Pipeline:
@@ -59,12 +100,13 @@ class Pipeline:
         self.rejected_by_reason: Counter[str] = Counter()
         # Per open window, the version components seen per (capped) release: a change
         # makes the release's reference stale.
-        self.components: dict[int, dict[str, set[tuple[str | None, ...]]]] = {}
-        self.closed_components: dict[int, dict[str, set[tuple[str | None, ...]]]] = {}
+        self.components: dict[int, dict[str, set[Components]]] = {}
         # Per open window, the last trace (input position, trace_id, ts) of each slicing:
         # what an alarm on that window points to.
-        self.last_traces: dict[int, dict[Slicing, tuple[int, str, float]]] = {}
-        self.closed_last_traces: dict[int, dict[Slicing, tuple[int, str, float]]] = {}
+        self.last_traces: dict[int, dict[Slicing, Exemplar]] = {}
+        # The last RECENT_CLOSED closed windows by start, oldest first; windows closed ever.
+        self.recent: dict[int, Closed] = {}
+        self.closed_count = 0
         # The latest OpenTelemetry trace id per (slicing, decision), with its time and
         # top_score: exported as exemplars so a metric links to traces in Tempo/Jaeger.
         self.exemplars: dict[tuple[Slicing, str], tuple[str, float, float | None]] = {}
@@ -160,6 +202,13 @@ class Pipeline:
         self._apply(deltas)
         return dead
 
+    def counters(self) -> Counters:
+        waiting = self.joiner.waiting()
+        events = {kind: {**counts, "joined": self.joiner.joined[kind],
+                         "expired": self.joiner.expired[kind], "waiting": waiting[kind]}
+                  for kind, counts in self.events.items()}
+        return Counters(dict(self.input), dict(self.rejected_by_reason), events)
+
     def merged(self) -> Table:
         """Everything folded so far, closed and open windows alike, as one table."""
         table = self.totals
@@ -167,14 +216,18 @@ class Pipeline:
             table = table.merge(window)
         return table
 
-    def close_ready(self, final: bool = False) -> list[tuple[int, Table]]:
-        """Close windows past the lateness (all of them if `final`), merge them into totals."""
-        closed = self.windows.close_all() if final else self.windows.close_ready()
-        for _, table in closed:
-            self.totals = self.totals.merge(table)
-        if closed:  # kept until the next close, for alarms on these windows
-            self.closed_last_traces = {s: self.last_traces.pop(s, {}) for s, _ in closed}
-            self.closed_components = {s: self.components.pop(s, {}) for s, _ in closed}
+    def close_ready(self, final: bool = False) -> list[Closed]:
+        """Close windows past the lateness (all of them if `final`), merge them into totals;
+        the last RECENT_CLOSED of them stay in `recent` (checkpointed for stage two)."""
+        done = self.windows.close_all() if final else self.windows.close_ready()
+        closed = [Closed(start, table, self.components.pop(start, {}),
+                         _per_cell(self.last_traces.pop(start, {}))) for start, table in done]
+        for window in closed:
+            self.totals = self.totals.merge(window.table)
+            self.recent[window.start] = window
+        self.closed_count += len(closed)
+        for start in sorted(self.recent)[:-RECENT_CLOSED]:
+            del self.recent[start]
         return closed
 
     def _apply(self, deltas: list[Delta]) -> None:
@@ -188,3 +241,14 @@ class Pipeline:
         self.seen.expire(watermark)
         self.joiner.expire(watermark)
         self.joiner.forget(self.seen.refs)
+
+
+def _per_cell(last: dict[Slicing, Exemplar]) -> dict[Slicing, Exemplar]:
+    """The last trace of every cell a window's slicings fell into (bounded by the cells)."""
+    found: dict[Slicing, Exemplar] = {}
+    for (release, pairs), exemplar in last.items():
+        for key in ((release, ()), *((release, (pair,)) for pair in pairs)):
+            old = found.get(key)
+            if old is None or old[0] < exemplar[0]:
+                found[key] = exemplar
+    return found

@@ -99,12 +99,11 @@ def _from_traces(settings: Settings, release: str, paths: list[str], start: floa
         for i in range(0, len(lines), 1000):
             pipeline.feed(line for line in lines[i:i + 1000]
                           if line.strip() and _in_range(line, start, end))
-            for window, table in pipeline.close_ready():
-                accumulator.add(window, table, pipeline.closed_components.get(window, {})
-                                .get(release, set()))
-    for window, table in pipeline.close_ready(final=True):
-        accumulator.add(window, table,
-                        pipeline.closed_components.get(window, {}).get(release, set()))
+            for closed in pipeline.close_ready():
+                accumulator.add(closed.start, closed.table,
+                                closed.components.get(release, set()))
+    for closed in pipeline.close_ready(final=True):
+        accumulator.add(closed.start, closed.table, closed.components.get(release, set()))
     if accumulator.traces == 0:
         raise ReferenceProblem(f"no valid traces of release {release!r} in the given range")
     last = accumulator.last_window + settings.window_seconds

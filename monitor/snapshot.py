@@ -6,7 +6,6 @@ only reads it (`export.families`), so scrapes never race the fold.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Final, NamedTuple
@@ -14,7 +13,7 @@ from typing import Final, NamedTuple
 from monitor.aggregate import TOTAL, Cell, CellKey, Table
 from monitor.drift import DriftView
 from monitor.layout import Layout
-from monitor.pipeline import Pipeline
+from monitor.pipeline import Counters, Pipeline
 
 __all__ = ["ALL", "Snapshot", "snapshot_of"]
 
@@ -37,33 +36,26 @@ class Snapshot(NamedTuple):
 
 
 def snapshot_of(pipelines: Sequence[Pipeline], health: dict[str, float],
-                drift: DriftView | None = None) -> Snapshot:
-    """Everything the pipelines folded (closed and open windows), as one immutable value."""
+                drift: DriftView | None = None, cells: Table | None = None,
+                counters: Counters | None = None) -> Snapshot:
+    """Everything the pipelines folded (closed and open windows), as one immutable value;
+    `cells` and `counters`, if given, instead of the pipelines' (stage two's merge)."""
     if not pipelines:
         raise ValueError("a snapshot needs at least one pipeline")
-    table = Table.empty(pipelines[0].layout)
-    inputs: Counter[str] = Counter()
-    rejected: Counter[str] = Counter()
-    events: dict[str, Counter[str]] = {}
-    watermark = 0.0
-    for pipeline in pipelines:
-        table = table.merge(pipeline.merged())
-        inputs.update(pipeline.input)
-        rejected.update(pipeline.rejected_by_reason)
-        for kind, counts in pipeline.events.items():
-            events.setdefault(kind, Counter()).update(counts)
-            events[kind]["joined"] += pipeline.joiner.joined[kind]
-            events[kind]["expired"] += pipeline.joiner.expired[kind]
-            events[kind]["waiting"] += pipeline.joiner.waiting()[kind]
-        watermark = max(watermark, pipeline.windows.watermark)
+    if cells is None:
+        cells = Table.empty(pipelines[0].layout)
+        for pipeline in pipelines:
+            cells = cells.merge(pipeline.merged())
+    if counters is None:
+        counters = Counters.total(p.counters() for p in pipelines)
+    watermark = max(0.0, *(p.windows.watermark for p in pipelines))
     # Caps may be shared by the pipelines (one per partition): count each cap once.
     slicers = {id(p.slicer): p.slicer for p in pipelines}.values()
     caps = {id(p.admit_missing): p.admit_missing for p in pipelines}.values()
     overflowed = sum(s.overflowed for s in slicers) + sum(c.overflowed for c in caps)
     health = {**health, "watermark": watermark, "overflowed": overflowed}
-    return Snapshot(pipelines[0].layout, table.cells(), dict(inputs), dict(rejected),
-                    {kind: dict(counts) for kind, counts in events.items()}, health, drift,
-                    _cell_exemplars(pipelines))
+    return Snapshot(pipelines[0].layout, cells.cells(), counters.input, counters.rejected,
+                    counters.events, health, drift, _cell_exemplars(pipelines))
 
 
 def _cell_exemplars(pipelines: Sequence[Pipeline],

@@ -99,6 +99,13 @@ def health(snap: Snapshot, budget: int) -> list[Any]:
                  "offsets this worker had applied (the broker lost its log, e.g. an in-memory "
                  "broker restarted): their counts start again.", [],
                  [((), h.get("state_lost", 0))]),
+        _counter("ragmon_detection_windows_skipped", "Closed windows of some partition that "
+                 "drift detection never saw: more closed between two reads of the "
+                 "checkpoints than a checkpoint carries (a fast backlog of old traffic).", [],
+                 [((), h.get("windows_skipped", 0))]),
+        gauge("ragmon_releases_owned", "Releases whose cells and drift state this worker "
+              "exports (each release has one owner among the workers).", [],
+              [((), h.get("releases_owned", 0))]),
         _counter("ragmon_worker_errors", "Batches that failed and were dead-lettered whole.",
                  [], [((), h.get("errors", 0))]),
         gauge("ragmon_series_budget", "The configured ceiling of exported series.", [],

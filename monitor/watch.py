@@ -1,26 +1,24 @@
-"""Closed windows of many partition pipelines -> one merged window -> drift detection.
+"""Closed windows of many partitions -> one merged window -> drift detection.
 
-A worker folds each partition into its own pipeline, and each pipeline closes a window
-when its own watermark passes it. Detection must see the whole window: `Watch` merges
-what every pipeline closed for a window start and runs `Drift.observe` once no
-pipeline that has seen data can still add to it (a partition without traffic never
-holds a window back). The offline backtest uses the same class with one pipeline.
+Each partition's pipeline closes a window when its own watermark passes it. Detection
+must see the whole window: `Watch` merges what every partition closed for a window
+start and runs `Drift.observe` once no partition that has seen data can still add to it
+(a partition without traffic never holds a window back). The worker feeds it the
+partitions' checkpoints (monitor/merge.py); the offline backtest one pipeline.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from monitor.aggregate import Table
 from monitor.drift import Alarm, Drift
-from monitor.pipeline import Pipeline
+from monitor.pipeline import Closed, Exemplar
 from monitor.reference import Components
 from monitor.slices import Slicing
 
 __all__ = ["Raised", "Watch"]
-
-Exemplar = tuple[int, str, float]  # (input position, trace_id, ts) of a trace in the cell
 
 
 @dataclass(frozen=True)
@@ -49,31 +47,38 @@ class Watch:
         self.window_seconds = window_seconds
         self.lateness_seconds = lateness_seconds
         self.closing: dict[int, _Closing] = {}
+        self.last_run = -1  # the newest window start detected on
 
-    def collect(self, pipeline: Pipeline, closed: list[tuple[int, Table]]) -> None:
-        """Take the windows `pipeline.close_ready()` just returned."""
-        for start, table in closed:
-            entry = self.closing.get(start)
+    def collect(self, closed: Iterable[Closed]) -> None:
+        """Take closed windows of one partition (`Pipeline.close_ready()` returns them)."""
+        for window in closed:
+            if window.start <= self.last_run:
+                continue  # already detected on: a partition that closed it late, or again
+            entry = self.closing.get(window.start)
             if entry is None:
-                entry = self.closing[start] = _Closing(Table.empty(table.layout))
-            entry.table = entry.table.merge(table)
-            for release, seen in pipeline.closed_components.get(start, {}).items():
+                entry = self.closing[window.start] = _Closing(Table.empty(window.table.layout))
+            entry.table = entry.table.merge(window.table)
+            for release, seen in window.components.items():
                 entry.components.setdefault(release, set()).update(seen)
-            for slicing, last in pipeline.closed_last_traces.get(start, {}).items():
+            for slicing, last in window.last.items():
                 if slicing not in entry.last or entry.last[slicing][0] < last[0]:
                     entry.last[slicing] = last
 
-    def run(self, pipelines: Sequence[Pipeline], final: bool = False) -> list[Raised]:
-        """Detect on every window no pipeline can still add to (all of them if `final`)."""
-        marks = [p.windows.watermark for p in pipelines if p.windows.watermark > float("-inf")]
+    def run(self, watermarks: Sequence[float], final: bool = False,
+            owns: Callable[[str], bool] | None = None) -> list[Raised]:
+        """Detect on every window no partition can still add to (all of them if `final`),
+        given each partition's watermark; only on releases `owns` accepts, if given."""
+        marks = [w for w in watermarks if w > float("-inf")]
         horizon = min(marks) - self.lateness_seconds if marks else float("-inf")
         raised: list[Raised] = []
         for start in sorted(self.closing):
             if not final and start + self.window_seconds > horizon:
                 break
             entry = self.closing.pop(start)
+            self.last_run = max(self.last_run, start)
+            table = entry.table if owns is None else entry.table.only(owns)
             stale_before = {r for r, changes in self.drift.stale.items() if changes}
-            alarms = self.drift.observe(start, entry.table, entry.components,
+            alarms = self.drift.observe(start, table, entry.components,
                                         now=float(start + self.window_seconds))
             for release, changes in sorted(self.drift.stale.items()):
                 if changes and release not in stale_before:

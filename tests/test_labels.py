@@ -53,7 +53,7 @@ def test_label_lands_in_the_traces_window_even_after_it_closed():
     p.feed([trace("t1", ts="2026-11-29T10:00:00Z"), trace("t2", ts="2026-11-29T12:00:00Z")])
     closed = p.close_ready()
     # The 10:00 window is closed by the 12:00 trace.
-    assert [start for start, _ in closed] == [epoch("2026-11-29T10:00:00Z")]
+    assert [window.start for window in closed] == [epoch("2026-11-29T10:00:00Z")]
     p.feed_events([label("t1", answerable=False)], "labels")
     labels = total(p)["labels"]
     assert labels["labelled"] == 1

@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "monitor"
 ORDER = [
     "contract", "settings", "ingest", "slices", "layout", "encode", "aggregate", "windows",
     "dedupe", "labels", "derive", "detectors", "thresholds", "reference", "streams", "drift",
-    "pipeline", "watch", "backtest", "frame", "compare", "gate", "summary", "checkpoint",
+    "pipeline", "watch", "backtest", "frame", "compare", "gate", "summary", "checkpoint", "merge",
     "snapshot", "status", "export", "simulate",
     "render", "files", "plots", "documents",
     "broker", "client", "references", "telemetry", "topics", "stall", "app", "demo", "analyze",

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.broker import EmbeddedBroker, free_port
 from monitor.client import produce
-from monitor.ingest import Rejection, parse
+from monitor.ingest import Accepted, Rejection, parse
 from monitor.settings import load
 from monitor.simulate import Simulator
 
@@ -215,6 +215,37 @@ def test_two_workers_one_killed_the_other_takes_over_exactly(broker, tmp_path):
         for process in (first, second):
             if process.poll() is None:
                 stop(process)
+
+
+def test_two_workers_merge_every_partition_and_each_release_has_one_owner(broker, tmp_path):
+    settings = load(bootstrap_servers=broker.bootstrap)
+    messages = list(Simulator(seed=11, scenario="bad_input", change_at=0).traces(4000))
+    traces = [r.event for m in messages if isinstance(r := parse(m), Accepted)]
+    expected = Counter(t.system.release for t in traces)
+    a, port_a = start_worker(broker, tmp_path, "a")
+    b, port_b = start_worker(broker, tmp_path, "b")
+    try:
+        owned = ("ragmon_partitions_owned", ())
+        wait_for(lambda: scrape(port_a).get(owned) == scrape(port_b).get(owned) == 2,
+                 what="the partitions shared by two workers")
+        produce(settings, settings.topic_decisions, messages)
+        wait_for(lambda: sum(release_traces(scrape(p)) for p in (port_a, port_b))
+                 >= len(traces), what="every valid trace in the merged cells")
+        time.sleep(2)
+        got = [scrape(port_a), scrape(port_b)]
+        # Partition-level counters: each worker its own partitions; they add up.
+        assert sum(outcome(g, "read") for g in got) == len(messages)
+        assert sum(outcome(g, "folded") for g in got) == len(traces)
+        # Release-level cells: all partitions merged, exported by the release's one owner.
+        for release, n in expected.items():
+            per_worker = [sum(v for (name, labels), v in g.items()
+                              if name == "ragmon_traces_total" and ("dimension", "all") in labels
+                              and ("release", release) in labels) for g in got]
+            assert sorted(per_worker) == [0, n], release
+        assert sum(g[("ragmon_releases_owned", ())] for g in got) == len(expected)
+    finally:
+        stop(a)
+        stop(b)
 
 
 def test_stall_watchdog_restarts_in_place_and_counts_exactly(broker, tmp_path):
