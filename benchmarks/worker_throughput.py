@@ -25,12 +25,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import zlib
 from pathlib import Path
 
-import msgspec
 from aiokafka import AIOKafkaConsumer
 
+from monitor import checkpoint
 from monitor.broker import EmbeddedBroker, free_port
 from monitor.client import ensure_topics, produce
 from monitor.settings import load
@@ -80,8 +79,8 @@ async def checkpointed(bootstrap: str, state_topic: str, app_id: str, n: int) ->
         while time.monotonic() < deadline:
             batch = await consumer.getmany(timeout_ms=1000)
             for record in (r for records in batch.values() for r in records):
-                if not record.key.startswith(f"{app_id}:".encode()):
-                    continue
+                if not record.key.startswith(f"{app_id}:".encode()) or b":seen:" in record.key:
+                    continue  # another run's, or a segment of the de-duplication horizon
                 read[record.key] = checkpoint_read(record.value)
                 if not first_ms:
                     first_ms, first_read = record.timestamp, sum(read.values())
@@ -93,8 +92,7 @@ async def checkpointed(bootstrap: str, state_topic: str, app_id: str, n: int) ->
 
 
 def checkpoint_read(blob: bytes) -> int:
-    state = msgspec.msgpack.decode(zlib.decompress(blob))
-    return int(state["input"].get("read", 0))
+    return int(checkpoint.read(blob)["input"].get("read", 0))
 
 
 def ragmon_worker(bootstrap: str, n: int, dims: str, workdir: Path) -> float:

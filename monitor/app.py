@@ -49,11 +49,14 @@ T = TypeVar("T")
 
 
 class PartitionState:
-    """One partition's pipeline and the last offset it applied from each source topic."""
+    """One partition's pipeline, the last offset it applied from each source topic, and
+    the checkpointed segments of its de-duplication horizon."""
 
-    def __init__(self, pipeline: Pipeline, offsets: dict[str, int]) -> None:
+    def __init__(self, pipeline: Pipeline, offsets: dict[str, int],
+                 segments: list[checkpoint.Segment]) -> None:
         self.pipeline = pipeline
         self.offsets = offsets
+        self.segments = segments
 
 
 class Worker:
@@ -122,8 +125,12 @@ class Worker:
             for index, rejection in self._fold(state.pipeline, fresh, kind):
                 await self._dead_letter(fresh[index], rejection)
             state.offsets[topic] = max(e.message.offset for e in fresh)
+            if state.pipeline.journal:
+                await self._retrying(partial(self._write_seen, partition, state),
+                                     f"partition {partition}: de-duplication horizon")
             await self._retrying(partial(self._checkpoint, partition, state),
                                  f"partition {partition}: checkpoint")
+            await self._expire_seen(partition, state)
         self.health["batch_seconds"] += time.perf_counter() - started
         self.health["batches"] += 1
         self.last_progress = time.monotonic()
@@ -164,7 +171,7 @@ class Worker:
                                if tp.topic == self.settings.topic_decisions)
         prefix = f"{self.settings.app_id}:{self.settings.topic_decisions}:".encode()
         for key, blob in (await self.partials.poll()).items():
-            if key.startswith(prefix):
+            if key.startswith(prefix) and key[len(prefix):].isdigit():  # not :seen: keys
                 try:
                     self.merger.update(key, blob)
                 except ValueError as exc:  # another version or layout: say so, go on
@@ -305,16 +312,47 @@ class Worker:
         self.health["checkpoints"] += 1
         self.applied_here[partition] = state.offsets.get(self.settings.topic_decisions, -1)
 
+    async def _write_seen(self, partition: int, state: PartitionState) -> None:
+        """The batch's first sightings, before its checkpoint: a restart keeps catching
+        duplicates (producer retries) and joining labels of traces folded before it."""
+        journal = state.pipeline.journal or []
+        upto = state.offsets[self.settings.topic_decisions]
+        sent = await self.state_topic.send(key=self._seen_key(partition, upto),
+                                           value=checkpoint.dump_seen(journal, upto),
+                                           partition=partition)
+        await sent
+        state.segments.append(checkpoint.Segment(upto, max(ts for _, ts, _ in journal),
+                                                 len(journal)))
+        journal.clear()
+
+    async def _expire_seen(self, partition: int, state: PartitionState) -> None:
+        """Tombstones for segments past the horizon (compaction then drops them)."""
+        settings = self.settings
+        state.segments, gone = checkpoint.expired(
+            state.segments, state.pipeline.windows.watermark, settings.trace_retention_seconds,
+            settings.trace_retention_max)
+        for segment in gone:
+            await self.state_topic.send(key=self._seen_key(partition, segment.upto), value=None,
+                                        partition=partition)
+
     async def _recover(self, partition: int) -> PartitionState:
         async with self._recovering:
             state = self.states.get(partition)
             if state is None:
-                blob = await self._read_checkpoint(partition)
+                key = self._state_key(partition)
+                blobs = await topics.read_topic(
+                    self.settings, self.settings.topic_state, partition,
+                    lambda k: k == key or k.startswith(key + b":seen:"))
+                blob = blobs.pop(key, None)
                 pipeline, offsets = checkpoint.load(self.settings, blob, self.slicer,
                                                     self.admit_missing)
-                state = self.states[partition] = PartitionState(pipeline, offsets)
-                log.info("partition %d: state %s, offsets %s", partition,
-                         "restored" if blob else "new", offsets)
+                pipeline.journal = []
+                segments = checkpoint.restore_seen(
+                    pipeline, list(blobs.values()),
+                    offsets.get(self.settings.topic_decisions, -1))
+                state = self.states[partition] = PartitionState(pipeline, offsets, segments)
+                log.info("partition %d: state %s, offsets %s, %d trace ids restored", partition,
+                         "restored" if blob else "new", offsets, len(pipeline.seen))
                 applied = self.applied_here.get(partition, -1)
                 if offsets.get(self.settings.topic_decisions, -1) < applied:
                     # The checkpoint is gone or behind what this process wrote: the broker
@@ -326,14 +364,11 @@ class Worker:
                                 partition, offsets, applied)
             return state
 
-    async def _read_checkpoint(self, partition: int) -> bytes | None:
-        """The newest checkpoint of a partition, read from the state topic."""
-        key = self._state_key(partition)
-        newest = await topics.read_topic(self.settings, self.settings.topic_state, partition, key)
-        return newest.get(key)
-
     def _state_key(self, partition: int) -> bytes:
         return f"{self.settings.app_id}:{self.settings.topic_decisions}:{partition}".encode()
+
+    def _seen_key(self, partition: int, upto: int) -> bytes:
+        return self._state_key(partition) + f":seen:{upto:020d}".encode()
 
     def forget(self, partitions: set[int]) -> None:
         """Drop states of partitions this worker no longer owns (the new owner restores)."""

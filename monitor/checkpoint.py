@@ -9,10 +9,11 @@ redelivery after a crash neither loses nor double-counts a trace.
 What is persisted: open window tables, totals, the last closed windows (with their
 version components and last trace per cell: stage two detects on them), the watermark,
 input/event/rejection counters, join counters, pending labels and feedback, and the
-admitted label values of every cap. What is not (too large to write per batch): the
-de-duplication horizon of trace ids and the refs of traces awaiting labels; after a
-restart a producer retry of a trace folded before it counts again, and a label for such
-a trace waits and expires.
+admitted label values of every cap. The de-duplication horizon (trace ids with the refs
+label joins need) is too large to write per batch: each batch's first sightings go to
+the state topic as a segment of their own before the batch's checkpoint
+(`dump_seen`), and a restore puts back the segments the checkpoint holds
+(`restore_seen`); segments past the horizon get tombstones (`expired`).
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ import msgspec
 from monitor.aggregate import Table
 from monitor.contract import Feedback, Label, to_json
 from monitor.ingest import Accepted, parse
+from monitor.labels import TraceRef
 from monitor.layout import Layout
 from monitor.pipeline import Closed, Counters, Pipeline
 from monitor.settings import Settings
 from monitor.slices import Cap, Slicer
 
-__all__ = ["Partial", "dump", "load", "partial"]
+__all__ = ["Partial", "Segment", "dump", "dump_seen", "expired", "load", "partial", "read",
+           "restore_seen"]
 
 _VERSION = 3
 _READS = (1, 2, 3)  # 1: no closed windows; 1-2: tables as plain dicts, all compressed
@@ -93,7 +96,7 @@ def load(settings: Settings, blob: bytes | None, slicer: Slicer | None = None,
     pipeline = Pipeline(settings, slicer, admit_missing)
     if blob is None:
         return pipeline, {}
-    state = _read(blob)
+    state = read(blob)
     layout = pipeline.layout
     pipeline.windows.watermark = state["watermark"]
     pipeline.windows.open = {int(s): _table(layout, t) for s, t in state["open"].items()}
@@ -134,7 +137,7 @@ class Partial(NamedTuple):
 def partial(layout: Layout, blob: bytes, before: Partial | None = None) -> Partial:
     """The countable part of checkpoint bytes, without rebuilding a pipeline; tables whose
     bytes are unchanged since `before` (the partition's previous partial) are reused."""
-    state = _read(blob)
+    state = read(blob)
     known = before.unpacked if before is not None else {}
     unpacked: dict[bytes, Table] = {}
 
@@ -152,7 +155,8 @@ def partial(layout: Layout, blob: bytes, before: Partial | None = None) -> Parti
                    recent, state.get("closed_count", 0), _counters(state), unpacked)
 
 
-def _read(blob: bytes) -> dict[str, Any]:
+def read(blob: bytes) -> dict[str, Any]:
+    """The decoded state of checkpoint bytes of any supported version."""
     if blob.startswith(_RAW):
         state: dict[str, Any] = _decoder.decode(memoryview(blob)[len(_RAW):])
     else:
@@ -190,3 +194,53 @@ def _closed(layout: Layout, data: list[Any], unpack: Any = None) -> Closed:
                   {r: {tuple(c) for c in seen} for r, seen in components.items()},
                   {(release, tuple((d, v) for d, v in pairs)): (int(i), str(t), float(ts))
                    for release, pairs, i, t, ts in last})
+
+
+class Segment(NamedTuple):
+    """A checkpointed slice of the de-duplication horizon: the first sightings of the
+    batch whose last offset is `upto`."""
+
+    upto: int
+    newest: float  # event time of its newest trace
+    entries: int
+
+
+def dump_seen(entries: list[tuple[str, float, TraceRef]], upto: int) -> bytes:
+    """Bytes of the first sightings of one batch (written before that batch's checkpoint)."""
+    rows = [[trace_id, ts, ref.window_start, ref.slicing[0], [list(p) for p in ref.slicing[1]],
+             ref.decision] for trace_id, ts, ref in entries]
+    return zlib.compress(_encoder.encode({"upto": upto, "entries": rows}), 1)
+
+
+def restore_seen(pipeline: Pipeline, blobs: list[bytes], applied: int) -> list[Segment]:
+    """Put checkpointed first sightings back into a restored pipeline's horizon, oldest
+    batch first. A segment of a batch the checkpoint does not hold (written, then a crash
+    before the checkpoint) is ignored: that batch is delivered again and folds then."""
+    segments = []
+    decoded = [_decoder.decode(zlib.decompress(blob)) for blob in blobs]
+    for state in sorted(decoded, key=lambda s: int(s["upto"])):
+        if int(state["upto"]) > applied:
+            continue
+        newest = float("-inf")
+        for trace_id, ts, start, release, pairs, decision in state["entries"]:
+            slicing = (release, tuple((d, v) for d, v in pairs))
+            pipeline.seen.first(trace_id, ts, TraceRef(int(start), slicing, decision))
+            newest = max(newest, ts)
+        segments.append(Segment(int(state["upto"]), newest, len(state["entries"])))
+    pipeline.seen.expire(pipeline.windows.watermark)
+    pipeline.joiner.forget(pipeline.seen.refs)
+    return segments
+
+
+def expired(segments: list[Segment], watermark: float, horizon_seconds: float,
+            max_entries: int) -> tuple[list[Segment], list[Segment]]:
+    """Segments still inside the de-duplication horizon (by event time, and the newest
+    `max_entries` sightings), and those that can be deleted."""
+    keep: list[Segment] = []
+    held = 0
+    for segment in sorted(segments, key=lambda s: s.upto, reverse=True):
+        if segment.newest >= watermark - horizon_seconds and held < max_entries:
+            keep.append(segment)
+            held += segment.entries
+    kept = {s.upto for s in keep}
+    return sorted(keep), [s for s in segments if s.upto not in kept]

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
-from monitor.aggregate import Table
+from monitor.aggregate import TOTAL, CellKey, Table
 from monitor.contract import Feedback, Label, Trace, to_json
 from monitor.dedupe import Seen
 from monitor.encode import Encoder
@@ -25,7 +25,7 @@ from monitor.windows import Windows
 
 __all__ = ["INPUT_COUNTERS", "RECENT_CLOSED", "Closed", "Counters", "Pipeline"]
 
-_EXEMPLARS_MAX: Final = 10_000
+_SLICINGS_CACHED: Final = 10_000
 # Closed windows a pipeline keeps (and checkpoints after every batch) for stage two
 # (monitor/merge.py), which reads checkpoints about once a second: windows close far
 # slower unless a backlog of old traffic is read.
@@ -107,9 +107,14 @@ class Pipeline:
         # The last RECENT_CLOSED closed windows by start, oldest first; windows closed ever.
         self.recent: dict[int, Closed] = {}
         self.closed_count = 0
-        # The latest OpenTelemetry trace id per (slicing, decision), with its time and
+        # The latest OpenTelemetry trace id per (cell, decision), with its time and
         # top_score: exported as exemplars so a metric links to traces in Tempo/Jaeger.
-        self.exemplars: dict[tuple[Slicing, str], tuple[str, float, float | None]] = {}
+        # Bounded by the cells (capped label values) times the decisions.
+        self.exemplars: dict[tuple[CellKey, str], tuple[str, float, float | None]] = {}
+        self._cell_keys: dict[Slicing, tuple[CellKey, ...]] = {}
+        # First sightings since the caller last drained it (None: not kept). The worker
+        # checkpoints them, so de-duplication and label joins survive a restart.
+        self.journal: list[tuple[str, float, TraceRef]] | None = None
 
     def feed(self, raws: Iterable[bytes]) -> list[tuple[int, Rejection]]:
         """Fold a batch of decision traces; return dead letters (rejected or late) by index."""
@@ -120,7 +125,7 @@ class Pipeline:
         refs, keys, max_bytes = seen.refs, self.slicer.keys, self.settings.max_message_bytes
         read = dropped = 0
         base = count["read"]
-        components, last_traces = self.components, self.last_traces
+        components, last_traces, journal = self.components, self.last_traces, self.journal
         for index, raw in enumerate(raws):
             read += 1
             result = parse(raw, max_bytes, Trace)
@@ -143,6 +148,8 @@ class Pipeline:
             windows.observe(ts)
             ref = TraceRef(windows.start_of(ts), keys(trace), trace.decision)
             seen.first(trace.trace_id, ts, ref)
+            if journal is not None:
+                journal.append((trace.trace_id, ts, ref))
             group = groups.get(ref.window_start)
             if group is None:
                 group = groups[ref.window_start] = (Encoder(self.layout, self.admit_missing), [])
@@ -161,10 +168,9 @@ class Pipeline:
                 last = last_traces[ref.window_start] = {}
             last[ref.slicing] = (base + index, trace.trace_id, ts)
             if trace.otel is not None and trace.otel.trace_id:
-                if len(self.exemplars) >= _EXEMPLARS_MAX:
-                    self.exemplars.clear()  # bounded: a recent one per slicing is enough
-                self.exemplars[(ref.slicing, trace.decision)] = (
-                    trace.otel.trace_id, ts, trace.signals.get("top_score"))
+                exemplar = (trace.otel.trace_id, ts, trace.signals.get("top_score"))
+                for key in self._cells_of(ref.slicing):
+                    self.exemplars[(key, trace.decision)] = exemplar
             if joiner.pending:
                 deltas.extend(joiner.on_trace(trace.trace_id, ref))
         rejected = sum(1 for _, r in dead if r.reason != "late")
@@ -201,6 +207,17 @@ class Pipeline:
             deltas.extend(self.joiner.on_event(event, self.seen))
         self._apply(deltas)
         return dead
+
+    def _cells_of(self, slicing: Slicing) -> tuple[CellKey, ...]:
+        """The cells a slicing feeds: its release total and one per slice pair."""
+        keys = self._cell_keys.get(slicing)
+        if keys is None:
+            if len(self._cell_keys) >= _SLICINGS_CACHED:
+                self._cell_keys.clear()
+            release, pairs = slicing
+            keys = self._cell_keys[slicing] = (
+                (release, TOTAL, TOTAL), *((release, d, v) for d, v in pairs))
+        return keys
 
     def counters(self) -> Counters:
         waiting = self.joiner.waiting()

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Final, NamedTuple
 
-from monitor.aggregate import TOTAL, Cell, CellKey, Table
+from monitor.aggregate import Cell, CellKey, Table
 from monitor.drift import DriftView
 from monitor.layout import Layout
 from monitor.pipeline import Counters, Pipeline
@@ -60,13 +60,11 @@ def snapshot_of(pipelines: Sequence[Pipeline], health: dict[str, float],
 
 def _cell_exemplars(pipelines: Sequence[Pipeline],
                     ) -> dict[tuple[CellKey, str], tuple[str, float, float | None]]:
-    """The newest exemplar of every (cell, decision): a slicing feeds its release total
-    and one cell per slice pair."""
+    """The newest exemplar of every (cell, decision) over the pipelines."""
     found: dict[tuple[CellKey, str], tuple[str, float, float | None]] = {}
     for pipeline in pipelines:
-        for ((release, pairs), decision), exemplar in list(pipeline.exemplars.items()):
-            for key in ((release, TOTAL, TOTAL), *((release, d, v) for d, v in pairs)):
-                old = found.get((key, decision))
-                if old is None or old[1] < exemplar[1]:
-                    found[(key, decision)] = exemplar
+        for key, exemplar in list(pipeline.exemplars.items()):
+            old = found.get(key)
+            if old is None or old[1] < exemplar[1]:
+                found[key] = exemplar
     return found

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -28,8 +29,9 @@ def aiokafka_options(settings: Settings) -> dict[str, Any]:
 
 
 async def read_topic(settings: Settings, topic: str, partition: int,
-                     only: bytes | None) -> dict[bytes, bytes]:
-    """The newest value per key (or of key `only`) in one partition of a topic."""
+                     keep: Callable[[bytes], bool] | None = None) -> dict[bytes, bytes]:
+    """The newest value per key (of the keys `keep` accepts) in one partition of a topic;
+    a key whose newest value is a tombstone (None) is left out."""
     consumer = AIOKafkaConsumer(**aiokafka_options(settings), group_id=None,
                                 enable_auto_commit=False, auto_offset_reset="earliest")
     await consumer.start()
@@ -45,7 +47,7 @@ async def read_topic(settings: Settings, topic: str, partition: int,
             records = (await consumer.getmany(tp, timeout_ms=300)).get(tp, [])
             read += len(records)
             for record in records:
-                if record.key is not None and (only is None or record.key == only):
+                if record.key is not None and (keep is None or keep(record.key)):
                     newest[record.key] = record.value
             # Stop on an empty poll at or past the end: the embedded broker reports the
             # end as the start of the last batch, so "position >= end" alone is early.
@@ -53,7 +55,7 @@ async def read_topic(settings: Settings, topic: str, partition: int,
             if not records and position >= end:
                 log.info("%s/%d: read %d records up to %d", topic, partition, read,
                          position)
-                return newest
+                return {k: v for k, v in newest.items() if v is not None}
         raise RuntimeError(f"{topic}/{partition} not read within 120 s")
     finally:
         await consumer.stop()

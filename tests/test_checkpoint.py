@@ -106,3 +106,35 @@ def test_checkpoints_of_the_previous_format_still_load():
     restored, offsets = load(settings, zlib.compress(msgspec.msgpack.encode(old)))
     assert offsets == {"t": 7}
     assert_same(build(restored), build(original))
+
+
+def test_the_de_duplication_horizon_survives_a_restore_but_not_an_unacknowledged_batch():
+    from monitor.checkpoint import dump_seen, restore_seen
+
+    settings = load_settings()
+    messages = list(Simulator(seed=4).traces(900))
+    running = Pipeline(settings)
+    running.journal = []
+    segments = []
+    for upto in (299, 599, 899):  # three batches; the last one's checkpoint never written
+        running.feed(messages[upto - 299:upto + 1])
+        segments.append(dump_seen(running.journal, upto))
+        running.journal.clear()
+        if upto == 599:
+            head = dump(running, {"rag.decisions": upto})
+    restored, offsets = load(settings, head)
+    kept = restore_seen(restored, segments, offsets["rag.decisions"])
+    assert [s.upto for s in kept] == [299, 599] and sum(s.entries for s in kept) == 600
+    restored.feed(messages[:900])  # redelivery of everything: only the last batch is new
+    assert restored.input["duplicates"] == 600
+    assert_same(build(restored)["releases"], build(running)["releases"])
+
+
+def test_segments_expire_by_event_time_and_by_count():
+    from monitor.checkpoint import Segment, expired
+
+    segments = [Segment(10, 100.0, 5), Segment(20, 200.0, 5), Segment(30, 300.0, 5)]
+    keep, gone = expired(segments, watermark=350.0, horizon_seconds=200.0, max_entries=100)
+    assert [s.upto for s in keep] == [20, 30] and [s.upto for s in gone] == [10]
+    keep, gone = expired(segments, watermark=300.0, horizon_seconds=1e9, max_entries=6)
+    assert [s.upto for s in keep] == [20, 30] and [s.upto for s in gone] == [10]

@@ -7,6 +7,7 @@ producing, aiokafka reading the dead-letter topic, HTTP scrapes of /metrics.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -165,23 +166,36 @@ def test_demo_runs_and_stops_everything_it_started():
 
 def test_kill_9_mid_stream_and_restart_counts_exactly(broker, tmp_path):
     settings = load(bootstrap_servers=broker.bootstrap)
-    messages = list(Simulator(seed=7, scenario="bad_input", change_at=0).traces(6000))
+    sim = Simulator(seed=7, scenario="bad_input", change_at=0)
+    messages = list(sim.traces(6000))
     valid = sum(not isinstance(parse(m), Rejection) for m in messages)
     first, port = start_worker(broker, tmp_path, "first")
     produce(settings, settings.topic_decisions, messages[:3000])
-    wait_for(lambda: outcome(scrape(port), "read") >= 1000, what="first worker reading")
+    wait_for(lambda: outcome(scrape(port), "folded") >= 1000, what="first worker folding")
     first.kill()  # kill -9: no goodbye, no final commit
     first.wait()
-    produce(settings, settings.topic_decisions, messages[3000:])
+    # After the crash: the rest, producer retries of traces the first worker had folded
+    # (the checkpointed de-duplication horizon catches them), and labels of those traces.
+    retries = messages[:500]
+    retried_valid = sum(not isinstance(parse(m), Rejection) for m in retries)
+    early = {json.loads(m)["trace_id"] for m in retries if not isinstance(parse(m), Rejection)}
+    labels = [x for x in sim.labels if json.loads(x)["trace_id"] in early]
+    assert labels
+    produce(settings, settings.topic_decisions, messages[3000:] + retries)
+    produce(settings, settings.topic_labels, labels)
     second, port = start_worker(broker, tmp_path, "second")
     try:
-        got = wait_for(lambda: (m := scrape(port)) and outcome(m, "read") >= len(messages) and m,
+        total = len(messages) + len(retries)
+        got = wait_for(lambda: (m := scrape(port)) and outcome(m, "read") >= total and m,
                        timeout=90, what="all messages read after the restart")
         time.sleep(2)  # nothing more may arrive: a double count would show now
         got = scrape(port)
-        assert outcome(got, "read") == len(messages)
+        assert outcome(got, "read") == total
         assert outcome(got, "folded") == valid
+        assert outcome(got, "duplicates") == retried_valid
         assert release_traces(got) == valid
+        joined = ("ragmon_label_events_total", (("kind", "labels"), ("outcome", "joined")))
+        assert got[joined] == len(labels)
     finally:
         stop(second)
 
