@@ -27,17 +27,17 @@ from functools import partial
 from typing import Any, TypeVar
 
 import faust
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from monitor import checkpoint, stall, telemetry, topics
 from monitor.backtest import to_record
 from monitor.drift import Drift, DriftConfig, DriftView
 from monitor.export import Collector, serve, snapshot_of
 from monitor.ingest import Rejection
+from monitor.labels import TraceRef
 from monitor.layout import from_settings
 from monitor.merge import Merger, owner
 from monitor.pipeline import Pipeline
-from monitor.reference import FREEZE_PREFIX, from_bytes
+from monitor.refsync import ReferenceSync
 from monitor.settings import Settings
 from monitor.slices import Cap, Slicer
 from monitor.watch import Watch
@@ -46,6 +46,8 @@ __all__ = ["PartitionState", "Worker", "build", "run"]
 
 log = logging.getLogger("ragmon.worker")
 T = TypeVar("T")
+# A partition a batch touched: its state and the batch's first sightings of trace ids.
+Folded = tuple[int, "PartitionState", list[tuple[str, float, TraceRef]]]
 
 
 class PartitionState:
@@ -71,6 +73,7 @@ class Worker:
                              settings.releases_max)
         self.admit_missing = Cap(settings.missing_ids_max)
         self._recovering = asyncio.Lock()
+        self._folding = asyncio.Lock()
         self.collector = Collector(settings.series_budget)
         self.health: dict[str, float] = {"dlq_produced": 0, "batch_seconds": 0.0, "batches": 0,
                                          "errors": 0, "replayed_skipped": 0, "checkpoints": 0,
@@ -81,6 +84,8 @@ class Worker:
         self.dlq = app.topic(settings.topic_dlq, value_serializer="raw", key_serializer="raw")
         self.state_topic = app.topic(settings.topic_state, value_serializer="raw",
                                      key_serializer="raw")
+        self.seen_topic = app.topic(settings.topic_seen, value_serializer="raw",
+                                    key_serializer="raw")
         self.references_topic = app.topic(settings.topic_references, value_serializer="raw",
                                           key_serializer="raw")
         # Stage two: every partition's checkpoint merged; this worker detects on and
@@ -88,13 +93,11 @@ class Worker:
         self.drift = Drift(from_settings(settings), DriftConfig.from_settings(settings),
                            calibrate_inline=False)
         self.calibrating: asyncio.Task[None] | None = None
-        self.published: dict[bytes, bytes] = {}  # references this worker knows, by key
-        self.references_consumer: AIOKafkaConsumer | None = None
+        self.references = ReferenceSync(settings, self.drift)
         self.watch = Watch(self.drift, settings.window_seconds, settings.allowed_lateness_seconds)
         self.merger = Merger(self.drift.layout, self.watch)
         self.partials = topics.Tail(settings, settings.topic_state, settings.partitions)
         self.owned: frozenset[int] = frozenset()  # decisions partitions assigned here
-        self.references_loaded = False
         self.drift_view: DriftView = self.drift.view()
         self.tracer = telemetry.tracer(settings)
         self.last_progress = time.monotonic()
@@ -106,31 +109,40 @@ class Worker:
 
     async def _fold_batch(self, events: Sequence[Any], kind: str) -> None:
         started = time.perf_counter()
-        if not self.references_loaded:
+        if not self.references.loaded:
             await self._retrying(self._load_references, "loading references")
         by_partition: dict[int, list[Any]] = {}
         for event in events:
             by_partition.setdefault(event.message.partition, []).append(event)
-        for partition, group in sorted(by_partition.items()):
-            state = self.states.get(partition)
-            if state is None:
-                state = await self._retrying(partial(self._recover, partition),
-                                             f"partition {partition}: recovery")
-            topic = group[0].message.topic
-            applied = state.offsets.get(topic, -1)
-            fresh = [e for e in group if e.message.offset > applied]
-            self.health["replayed_skipped"] += len(group) - len(fresh)
-            if not fresh:
-                continue
-            for index, rejection in self._fold(state.pipeline, fresh, kind):
-                await self._dead_letter(fresh[index], rejection)
-            state.offsets[topic] = max(e.message.offset for e in fresh)
-            if state.pipeline.journal:
-                await self._retrying(partial(self._write_seen, partition, state),
-                                     f"partition {partition}: de-duplication horizon")
-            await self._retrying(partial(self._checkpoint, partition, state),
-                                 f"partition {partition}: checkpoint")
-            await self._expire_seen(partition, state)
+        # One batch at a time (the decisions, labels and feedback agents share partition
+        # states): a checkpoint never holds a batch's counts without its offsets, nor a
+        # de-duplication segment of a batch it does not hold.
+        async with self._folding:
+            folded: list[Folded] = []
+            for partition, group in sorted(by_partition.items()):
+                state = self.states.get(partition)
+                if state is None:
+                    state = await self._retrying(partial(self._recover, partition),
+                                                 f"partition {partition}: recovery")
+                topic = group[0].message.topic
+                applied = state.offsets.get(topic, -1)
+                fresh = [e for e in group if e.message.offset > applied]
+                self.health["replayed_skipped"] += len(group) - len(fresh)
+                if not fresh:
+                    continue
+                dead = self._fold(state.pipeline, fresh, kind)
+                state.offsets[topic] = max(e.message.offset for e in fresh)
+                journal = state.pipeline.journal
+                sightings = list(journal) if journal else []
+                if journal:
+                    journal.clear()
+                folded.append((partition, state, sightings))
+                for index, rejection in dead:
+                    await self._dead_letter(fresh[index], rejection)
+            if folded:
+                await self._retrying(partial(self._checkpoint, folded), "checkpoints")
+                for partition, state, _ in folded:
+                    await self._expire_seen(partition, state)
         self.health["batch_seconds"] += time.perf_counter() - started
         self.health["batches"] += 1
         self.last_progress = time.monotonic()
@@ -140,6 +152,8 @@ class Worker:
         completed for `stall_seconds` (see monitor/stall.py)."""
         idle = time.monotonic() - self.last_progress
         if not self.settings.stall_seconds or idle < self.settings.stall_seconds:
+            return
+        if self._recovering.locked():  # restoring a partition (a large horizon takes long)
             return
         topic = self.settings.topic_decisions
         owned = sorted(tp.partition for tp in self.app.consumer.assignment()
@@ -225,51 +239,18 @@ class Worker:
     async def _publish_reference(self, release: str, blob: bytes) -> None:
         sent = await self.references_topic.send(key=release.encode(), value=blob, partition=0)
         await sent
-        self.published[release.encode()] = blob
+        self.references.published[release.encode()] = blob
 
     async def poll_references(self) -> None:
-        """Apply what `ragmon reference freeze/import` put on the references topic since the
-        last poll: a new reference is installed, a freeze request re-freezes the release."""
-        if self.references_consumer is None:
-            consumer = AIOKafkaConsumer(**topics.aiokafka_options(self.settings), group_id=None,
-                                        enable_auto_commit=False, auto_offset_reset="latest")
-            await consumer.start()
-            consumer.assign([TopicPartition(self.settings.topic_references, 0)])
-            self.references_consumer = consumer
-        batches = await self.references_consumer.getmany(timeout_ms=100)
-        for record in (r for records in batches.values() for r in records):
-            key, value = record.key or b"", record.value or b""
-            if key.startswith(FREEZE_PREFIX):
-                release = key[len(FREEZE_PREFIX):].decode()
-                log.info("freeze requested for release %s: re-freezing from new traffic",
-                         release)
-                self.drift.refreeze(release)
-            elif self.published.get(key) != value:
-                try:
-                    self.drift.install(from_bytes(self.drift.layout, value))
-                except ValueError as exc:
-                    log.warning("reference %r not installed: %s", key, exc)
-                    continue
-                self.published[key] = value
-                log.info("reference for release %s installed from the topic", key.decode())
+        """Install references (and apply freeze requests) new on the references topic."""
+        await self.references.poll()
         self.drift_view = self.drift.view(self.owns)
         self._calibrate_soon()
 
     async def _load_references(self) -> None:
-        """The newest reference of every release from the references topic."""
-        blobs = await topics.read_topic(self.settings, self.settings.topic_references, 0, None)
-        for key, blob in blobs.items():
-            if key.startswith(FREEZE_PREFIX):
-                continue
-            self.published[key] = blob
-            try:
-                self.drift.install(from_bytes(self.drift.layout, blob))
-            except ValueError as exc:  # another layout (settings changed): skip, say so
-                log.warning("reference not loaded: %s", exc)
-        self.references_loaded = True
+        await self.references.load()
         self.drift_view = self.drift.view(self.owns)
         self._calibrate_soon()
-        log.info("loaded %d references", len(blobs))
 
     async def _retrying(self, attempt: Callable[[], Awaitable[T]], what: str) -> T:
         """Retry broker I/O with backoff instead of letting it escape the agent: the batch
@@ -304,26 +285,32 @@ class Worker:
             return dead
         return pipeline.feed_events(raws, kind)
 
-    async def _checkpoint(self, partition: int, state: PartitionState) -> None:
-        blob = checkpoint.dump(state.pipeline, state.offsets)
-        sent = await self.state_topic.send(key=self._state_key(partition), value=blob,
-                                           partition=partition)
-        await sent  # delivered before the batch is acknowledged (and so committed)
-        self.health["checkpoints"] += 1
-        self.applied_here[partition] = state.offsets.get(self.settings.topic_decisions, -1)
-
-    async def _write_seen(self, partition: int, state: PartitionState) -> None:
-        """The batch's first sightings, before its checkpoint: a restart keeps catching
-        duplicates (producer retries) and joining labels of traces folded before it."""
-        journal = state.pipeline.journal or []
-        upto = state.offsets[self.settings.topic_decisions]
-        sent = await self.state_topic.send(key=self._seen_key(partition, upto),
-                                           value=checkpoint.dump_seen(journal, upto),
-                                           partition=partition)
-        await sent
-        state.segments.append(checkpoint.Segment(upto, max(ts for _, ts, _ in journal),
-                                                 len(journal)))
-        journal.clear()
+    async def _checkpoint(self, folded: list[Folded]) -> None:
+        """For each partition a batch touched: its first sightings (so that a restart keeps
+        catching duplicates and joining labels of traces folded before it), then its
+        checkpoint. The partitions' records are sent at once, segments delivered before
+        any checkpoint is sent (a checkpoint is never ahead of its segment), and all
+        delivered before the batch is acknowledged (and so committed)."""
+        decisions = self.settings.topic_decisions
+        deliveries: list[Awaitable[Any]] = []
+        for partition, state, sightings in folded:
+            if sightings:
+                upto = state.offsets[decisions]
+                deliveries.append(await self.seen_topic.send(
+                    key=self._seen_key(partition, upto),
+                    value=checkpoint.dump_seen(sightings, upto), partition=partition))
+        await asyncio.gather(*deliveries)
+        deliveries = [await self.state_topic.send(
+            key=self._state_key(partition), value=checkpoint.dump(state.pipeline, state.offsets),
+            partition=partition) for partition, state, _ in folded]
+        await asyncio.gather(*deliveries)
+        for partition, state, sightings in folded:
+            if sightings:
+                state.segments.append(checkpoint.Segment(
+                    state.offsets[decisions], max(ts for _, ts, _ in sightings),
+                    len(sightings)))
+            self.health["checkpoints"] += 1
+            self.applied_here[partition] = state.offsets.get(decisions, -1)
 
     async def _expire_seen(self, partition: int, state: PartitionState) -> None:
         """Tombstones for segments past the horizon (compaction then drops them)."""
@@ -332,27 +319,30 @@ class Worker:
             state.segments, state.pipeline.windows.watermark, settings.trace_retention_seconds,
             settings.trace_retention_max)
         for segment in gone:
-            await self.state_topic.send(key=self._seen_key(partition, segment.upto), value=None,
-                                        partition=partition)
+            await self.seen_topic.send(key=self._seen_key(partition, segment.upto), value=None,
+                                       partition=partition)
 
     async def _recover(self, partition: int) -> PartitionState:
         async with self._recovering:
             state = self.states.get(partition)
             if state is None:
                 key = self._state_key(partition)
-                blobs = await topics.read_topic(
-                    self.settings, self.settings.topic_state, partition,
-                    lambda k: k == key or k.startswith(key + b":seen:"))
-                blob = blobs.pop(key, None)
+                heads, segments_read = await asyncio.gather(
+                    topics.read_topic(self.settings, self.settings.topic_state, partition,
+                                      lambda k: k == key),
+                    topics.read_topic(self.settings, self.settings.topic_seen, partition,
+                                      lambda k: k.startswith(key + b":seen:")))
+                blob = heads.get(key)
                 pipeline, offsets = checkpoint.load(self.settings, blob, self.slicer,
                                                     self.admit_missing)
                 pipeline.journal = []
                 segments = checkpoint.restore_seen(
-                    pipeline, list(blobs.values()),
+                    pipeline, list(segments_read.values()),
                     offsets.get(self.settings.topic_decisions, -1))
                 state = self.states[partition] = PartitionState(pipeline, offsets, segments)
                 log.info("partition %d: state %s, offsets %s, %d trace ids restored", partition,
                          "restored" if blob else "new", offsets, len(pipeline.seen))
+                self.last_progress = time.monotonic()  # a restore is progress too
                 applied = self.applied_here.get(partition, -1)
                 if offsets.get(self.settings.topic_decisions, -1) < applied:
                     # The checkpoint is gone or behind what this process wrote: the broker
@@ -443,7 +433,7 @@ def build(settings: Settings, *, broker_session_timeout: float = 4.0,
 
     @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
     async def references() -> None:
-        if worker.references_loaded:
+        if worker.references.loaded:
             try:
                 await worker.poll_references()
             except Exception:  # the broker may be away; the next poll retries

@@ -11,7 +11,7 @@ version components and last trace per cell: stage two detects on them), the wate
 input/event/rejection counters, join counters, pending labels and feedback, and the
 admitted label values of every cap. The de-duplication horizon (trace ids with the refs
 label joins need) is too large to write per batch: each batch's first sightings go to
-the state topic as a segment of their own before the batch's checkpoint
+the seen topic as a segment of their own before the batch's checkpoint
 (`dump_seen`), and a restore puts back the segments the checkpoint holds
 (`restore_seen`); segments past the horizon get tombstones (`expired`).
 """

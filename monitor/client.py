@@ -58,16 +58,17 @@ def connection(settings: Settings) -> dict[str, Any]:
 
 
 def ensure_topics(settings: Settings) -> None:
-    """Create ragmon's topics (decisions, labels, feedback, dead letters, state, references)
-    if missing."""
+    """Create ragmon's topics (decisions, labels, feedback, dead letters, state, seen,
+    references) if missing."""
     admin = KafkaAdminClient(**connection(settings))
     try:
         existing = set(admin.list_topics())
         wanted = [settings.topic_decisions, settings.topic_labels, settings.topic_feedback,
-                  settings.topic_dlq, settings.topic_state]
+                  settings.topic_dlq, settings.topic_state, settings.topic_seen]
         compact = {"cleanup.policy": "compact"}
+        compacted = {settings.topic_state, settings.topic_seen}
         new = [NewTopic(name, settings.partitions, 1,
-                        topic_configs=compact if name == settings.topic_state else {})
+                        topic_configs=compact if name in compacted else {})
                for name in wanted if name not in existing]
         if settings.topic_references not in existing:  # one partition: every worker reads all
             new.append(NewTopic(settings.topic_references, 1, 1, topic_configs=compact))

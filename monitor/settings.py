@@ -87,6 +87,8 @@ class Settings(BaseSettings):
     topic_dlq: str = "rag.decisions.dlq"
     # Per-partition checkpoints of the worker's state (compacted in a real Kafka).
     topic_state: str = "ragmon.state"
+    # Compacted: each batch's first sightings (the de-duplication horizon, checkpointed).
+    topic_seen: str = "ragmon.seen"
     partitions: int = Field(default=4, ge=1, le=1024)
     app_id: str = Field(default="ragmon", pattern=r"^[A-Za-z0-9._-]{1,64}$")
     batch_size: int = Field(default=1000, ge=1, le=100_000)

@@ -14,7 +14,8 @@ ORDER = [
     "pipeline", "watch", "backtest", "frame", "compare", "gate", "summary", "checkpoint", "merge",
     "snapshot", "status", "export", "simulate",
     "render", "files", "plots", "documents",
-    "broker", "client", "references", "telemetry", "topics", "stall", "app", "demo", "analyze",
+    "broker", "client", "references", "telemetry", "topics", "refsync", "stall", "app", "demo",
+    "analyze",
     "cli",
 ]
 THIRD_PARTY_HOMES = {
