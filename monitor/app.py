@@ -13,7 +13,12 @@ the state topic with the last offset applied per source topic after every batch,
 offset never passes a checkpoint. A worker that gains a partition (restart, rebalance)
 loads its checkpoint and skips offsets it already holds: Kafka's redelivery and Faust's
 replay after a rebalance (faust-streaming #502) count once. Traces, labels and feedback
-are keyed by trace_id, so partition p of each topic belongs to the same state.
+are keyed by trace_id, so partition p of each topic belongs to the same state. Each
+batch's first sightings of trace ids go to the seen topic before the checkpoint, so the
+de-duplication horizon survives too (monitor/checkpoint.py).
+
+Stage two (monitor/merge.py): once a second every worker merges the newest checkpoint
+of every partition and exports, and detects on, the releases it owns.
 """
 
 from __future__ import annotations
