@@ -190,7 +190,7 @@ class Worker:
                                if tp.topic == self.settings.topic_decisions)
         prefix = f"{self.settings.app_id}:{self.settings.topic_decisions}:".encode()
         for key, blob in (await self.partials.poll()).items():
-            if key.startswith(prefix) and key[len(prefix):].isdigit():  # not :seen: keys
+            if key.startswith(prefix):
                 try:
                     self.merger.update(key, blob)
                 except ValueError as exc:  # another version or layout: say so, go on
