@@ -77,9 +77,13 @@ class Table:
 
     def rows_of(self, slicing: Sequence[Slicing]) -> np.ndarray:
         """Rows of each trace's cells: its release total and one per slice pair (-1 pads)."""
-        cache = self._rows
-        rows = [cache.get(key) or self._rows_for(key) for key in slicing]
+        rows = self.row_tuples(slicing)
         return np.array(rows, np.int64).reshape(len(rows), self.layout.cells_per_trace)
+
+    def row_tuples(self, slicing: Sequence[Slicing]) -> list[tuple[int, ...]]:
+        """`rows_of` as tuples (allocating new cells' rows)."""
+        cache = self._rows
+        return [cache.get(key) or self._rows_for(key) for key in slicing]
 
     def _rows_for(self, key: Slicing) -> tuple[int, ...]:
         release, pairs = key

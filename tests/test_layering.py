@@ -9,7 +9,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "monitor"
 # Left to right: a module may import only modules to its left. cli wires; nothing imports it.
 ORDER = [
-    "contract", "settings", "ingest", "slices", "layout", "encode", "aggregate", "windows",
+    "contract", "settings", "ingest", "slices", "layout", "encode", "aggregate", "fold", "windows",
     "dedupe", "labels", "derive", "detectors", "thresholds", "reference", "streams", "drift",
     "pipeline", "watch", "backtest", "frame", "compare", "gate", "summary", "checkpoint", "merge",
     "snapshot", "status", "export", "simulate",

@@ -1,0 +1,14 @@
+"""Builds the optional compiled fold (monitor/_fold.pyx); metadata lives in pyproject.toml.
+
+Without a C compiler the build goes on (`optional=True`) and ragmon runs the same fold
+in pure Python (monitor/fold.py picks whichever is there), ~1.4x slower on replay.
+"""
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+setup(ext_modules=cythonize(
+    [Extension("monitor._fold", ["monitor/_fold.pyx"], optional=True,
+               extra_compile_args=["-O2"])],
+    compiler_directives={"language_level": "3"},
+))
