@@ -5,20 +5,25 @@ from __future__ import annotations
 import io
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt
-
 __all__ = ["deltas_png", "risk_coverage_png"]
+
+
+def _pyplot() -> Any:
+    """matplotlib, imported on first use: it costs ~0.9 s, and every `ragmon` command
+    (replay, worker) would pay it at start-up otherwise."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def deltas_png(metrics: dict[str, dict[str, Any]], title: str) -> bytes:
     """Forest plot: each rate's delta (candidate - baseline) with its 95% interval."""
     rows = [(name, m) for name, m in metrics.items()
             if m["delta"] is not None and not name.startswith(("usage.", "signals."))]
-    fig, ax = plt.subplots(figsize=(8, 0.32 * len(rows) + 1.4))
+    fig, ax = _pyplot().subplots(figsize=(8, 0.32 * len(rows) + 1.4))
     for y, (_, m) in enumerate(reversed(rows)):
         lo, hi = m["ci95"] if m["ci95"] is not None else (m["delta"], m["delta"])
         clear = lo > 0 or hi < 0
@@ -35,7 +40,7 @@ def deltas_png(metrics: dict[str, dict[str, Any]], title: str) -> bytes:
 def risk_coverage_png(sweeps: dict[str, list[dict[str, Any]]],
                       points: dict[str, dict[str, Any]]) -> bytes:
     """Unsupported answer rate against answer coverage along each threshold's sweep."""
-    fig, ax = plt.subplots(figsize=(7, 5))
+    fig, ax = _pyplot().subplots(figsize=(7, 5))
     for key, rows in sweeps.items():
         pairs = sorted((r["answer_coverage"], r["unsupported_answer_rate"]) for r in rows
                        if r["answer_coverage"] is not None
@@ -58,5 +63,5 @@ def _png(fig: Any) -> bytes:
     buffer = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
+    _pyplot().close(fig)
     return buffer.getvalue()
