@@ -125,7 +125,7 @@ class Pipeline:
         """Fold a batch of decision traces; return dead letters (rejected or late) by index.
 
         One pass per message does only what decides its fate (parse, duplicate, lateness,
-        slicing); the kept traces are then read column by column, a chunk at a time."""
+        slicing); the kept traces are folded a chunk at a time (`monitor/fold.py`)."""
         dead: list[tuple[int, Rejection]] = []
         deltas: list[Delta] = []
         windows, seen, count, joiner = self.windows, self.seen, self.input, self.joiner
