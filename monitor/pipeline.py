@@ -151,6 +151,7 @@ class Pipeline:
                 count["duplicates"] += 1
                 continue
             ts = trace.ts.timestamp()
+            # Windows.start_of, is_late and observe, inline: this loop runs per message.
             start = int(ts // size) * size
             if start + size <= watermark - lateness:
                 count["late"] += 1
