@@ -60,8 +60,8 @@ def main() -> None:
         sender = Sender(settings)
         started = time.monotonic()
         sent, next_sample, rows = 0, 0.0, []
-        print(f"{'min':>5} {'sent':>9} {'read':>9} {'rejected':>8} {'rss MiB':>8} {'series':>7}",
-              flush=True)
+        print(f"{'min':>5} {'sent':>9} {'read':>9} {'rejected':>8} {'rss MiB':>8} {'series':>7} "
+              f"{'refs':>5}", flush=True)
         try:
             while (elapsed := time.monotonic() - started) < args.minutes * 60:
                 due = int(elapsed * args.rate) - sent
@@ -112,3 +112,7 @@ def growth(rule: str, warm: list[tuple]) -> None:
     print(f"RSS after warm-up by {rule} ({warm[0][0]:.0f} min): {warm[0][4]:.0f} -> "
           f"{warm[-1][4]:.0f} MiB ({100 * change:+.1f}%), max {max(r[4] for r in warm):.0f} "
           f"MiB; max series {max(r[5] for r in warm):.0f}")
+
+
+if __name__ == "__main__":
+    main()
