@@ -15,7 +15,8 @@ loads its checkpoint and skips offsets it already holds: Kafka's redelivery and 
 replay after a rebalance (faust-streaming #502) count once. Traces, labels and feedback
 are keyed by trace_id, so partition p of each topic belongs to the same state. Each
 batch's first sightings of trace ids go to the seen topic before the checkpoint, so the
-de-duplication horizon survives too (monitor/checkpoint.py).
+de-duplication horizon survives too. Partition states, checkpoints and restores live in
+monitor/partitions.py; the checkpoint format in monitor/checkpoint.py.
 
 Stage two (monitor/merge.py): once a second every worker merges the newest checkpoint
 of every partition and exports, and detects on, the releases it owns.
@@ -33,64 +34,39 @@ from typing import Any, TypeVar
 
 import faust
 
-from monitor import checkpoint, stall, telemetry, topics
+from monitor import stall, telemetry, topics
 from monitor.backtest import to_record
 from monitor.drift import Drift, DriftConfig, DriftView
 from monitor.export import Collector, serve, snapshot_of
 from monitor.ingest import Rejection
-from monitor.labels import TraceRef
 from monitor.layout import from_settings
 from monitor.merge import Merger, owner
+from monitor.partitions import Folded, Partitions
 from monitor.pipeline import Pipeline
 from monitor.refsync import ReferenceSync
 from monitor.settings import Settings
-from monitor.slices import Cap, Slicer
 from monitor.watch import Watch
 
-__all__ = ["PartitionState", "Worker", "build", "run"]
+__all__ = ["Worker", "build", "run"]
 
 log = logging.getLogger("ragmon.worker")
 T = TypeVar("T")
-# A partition a batch touched: its state and the batch's first sightings of trace ids.
-Folded = tuple[int, "PartitionState", list[tuple[str, float, TraceRef]]]
-
-
-class PartitionState:
-    """One partition's pipeline, the last offset it applied from each source topic, and
-    the checkpointed segments of its de-duplication horizon."""
-
-    def __init__(self, pipeline: Pipeline, offsets: dict[str, int],
-                 segments: list[checkpoint.Segment]) -> None:
-        self.pipeline = pipeline
-        self.offsets = offsets
-        self.segments = segments
-
-
 class Worker:
     """The Faust app and the per-partition state it folds into; `build()` makes one."""
 
     def __init__(self, settings: Settings, app: faust.App) -> None:
         self.settings = settings
         self.app = app
-        self.states: dict[int, PartitionState] = {}
-        # Shared by every partition's pipeline: one value maps to `other` everywhere.
-        self.slicer = Slicer(settings.slice_dimensions, settings.slice_values_max,
-                             settings.releases_max)
-        self.admit_missing = Cap(settings.missing_ids_max)
-        self._recovering = asyncio.Lock()
         self._folding = asyncio.Lock()
         self.collector = Collector(settings.series_budget)
         self.health: dict[str, float] = {"dlq_produced": 0, "batch_seconds": 0.0, "batches": 0,
                                          "errors": 0, "replayed_skipped": 0, "checkpoints": 0,
                                          "state_lost": 0}
-        # Offsets this process applied per partition, kept when a partition is revoked:
-        # a later checkpoint behind them means the broker lost its log (memory broker).
-        self.applied_here: dict[int, int] = {}
         self.dlq = app.topic(settings.topic_dlq, value_serializer="raw", key_serializer="raw")
-        self.state_topic = app.topic(settings.topic_state, value_serializer="raw",
-                                     key_serializer="raw")
-        self.seen_topic = app.topic(settings.topic_seen, value_serializer="raw",
-                                    key_serializer="raw")
+        self.partitions = Partitions(
+            settings, app.topic(settings.topic_state, value_serializer="raw", key_serializer="raw"),
+            app.topic(settings.topic_seen, value_serializer="raw", key_serializer="raw"),
+            self.health)
         self.references_topic = app.topic(settings.topic_references, value_serializer="raw",
                                           key_serializer="raw")
         # Stage two: every partition's checkpoint merged; this worker detects on and
@@ -125,9 +101,9 @@ class Worker:
         async with self._folding:
             folded: list[Folded] = []
             for partition, group in sorted(by_partition.items()):
-                state = self.states.get(partition)
+                state = self.partitions.states.get(partition)
                 if state is None:
-                    state = await self._retrying(partial(self._recover, partition),
+                    state = await self._retrying(partial(self.partitions.recover, partition),
                                                  f"partition {partition}: recovery")
                 topic = group[0].message.topic
                 applied = state.offsets.get(topic, -1)
@@ -145,9 +121,9 @@ class Worker:
                 for index, rejection in dead:
                     await self._dead_letter(fresh[index], rejection)
             if folded:
-                await self._retrying(partial(self._checkpoint, folded), "checkpoints")
+                await self._retrying(partial(self.partitions.checkpoint, folded), "checkpoints")
                 for partition, state, _ in folded:
-                    await self._expire_seen(partition, state)
+                    await self.partitions.expire_seen(partition, state)
         self.health["batch_seconds"] += time.perf_counter() - started
         self.health["batches"] += 1
         self.last_progress = time.monotonic()
@@ -155,10 +131,11 @@ class Worker:
     async def check_stall(self) -> None:
         """Restart in place when owned partitions hold unread decisions and no batch has
         completed for `stall_seconds` (see monitor/stall.py)."""
-        idle = time.monotonic() - self.last_progress
+        # A restore is progress too.
+        idle = time.monotonic() - max(self.last_progress, self.partitions.restored_at)
         if not self.settings.stall_seconds or idle < self.settings.stall_seconds:
             return
-        if self._recovering.locked():  # restoring a partition (a large horizon takes long)
+        if self.partitions.recovering:  # restoring a partition (a large horizon takes long)
             return
         topic = self.settings.topic_decisions
         owned = sorted(tp.partition for tp in self.app.consumer.assignment()
@@ -168,7 +145,7 @@ class Worker:
         ends = await topics.end_offsets(self.settings, topic, owned)
         applied = {}
         for partition in owned:
-            state = self.states.get(partition) or await self._recover(partition)
+            state = await self.partitions.recover(partition)
             applied[partition] = state.offsets.get(topic, -1)
         waiting = stall.lagging(ends, applied)
         if waiting:
@@ -290,86 +267,6 @@ class Worker:
             return dead
         return pipeline.feed_events(raws, kind)
 
-    async def _checkpoint(self, folded: list[Folded]) -> None:
-        """For each partition a batch touched: its first sightings (so that a restart keeps
-        catching duplicates and joining labels of traces folded before it), then its
-        checkpoint. The partitions' records are sent at once, segments delivered before
-        any checkpoint is sent (a checkpoint is never ahead of its segment), and all
-        delivered before the batch is acknowledged (and so committed)."""
-        decisions = self.settings.topic_decisions
-        deliveries: list[Awaitable[Any]] = []
-        for partition, state, sightings in folded:
-            if sightings:
-                upto = state.offsets[decisions]
-                deliveries.append(await self.seen_topic.send(
-                    key=self._seen_key(partition, upto),
-                    value=checkpoint.dump_seen(sightings, upto), partition=partition))
-        await asyncio.gather(*deliveries)
-        deliveries = [await self.state_topic.send(
-            key=self._state_key(partition), value=checkpoint.dump(state.pipeline, state.offsets),
-            partition=partition) for partition, state, _ in folded]
-        await asyncio.gather(*deliveries)
-        for partition, state, sightings in folded:
-            if sightings:
-                state.segments.append(checkpoint.Segment(
-                    state.offsets[decisions], max(ts for _, ts, _ in sightings),
-                    len(sightings)))
-            self.health["checkpoints"] += 1
-            self.applied_here[partition] = state.offsets.get(decisions, -1)
-
-    async def _expire_seen(self, partition: int, state: PartitionState) -> None:
-        """Tombstones for segments past the horizon (compaction then drops them)."""
-        settings = self.settings
-        state.segments, gone = checkpoint.expired(
-            state.segments, state.pipeline.windows.watermark, settings.trace_retention_seconds,
-            settings.trace_retention_max)
-        for segment in gone:
-            await self.seen_topic.send(key=self._seen_key(partition, segment.upto), value=None,
-                                       partition=partition)
-
-    async def _recover(self, partition: int) -> PartitionState:
-        async with self._recovering:
-            state = self.states.get(partition)
-            if state is None:
-                key = self._state_key(partition)
-                heads, segments_read = await asyncio.gather(
-                    topics.read_topic(self.settings, self.settings.topic_state, partition,
-                                      lambda k: k == key),
-                    topics.read_topic(self.settings, self.settings.topic_seen, partition,
-                                      lambda k: k.startswith(key + b":seen:")))
-                blob = heads.get(key)
-                pipeline, offsets = checkpoint.load(self.settings, blob, self.slicer,
-                                                    self.admit_missing)
-                pipeline.journal = []
-                segments = checkpoint.restore_seen(
-                    pipeline, list(segments_read.values()),
-                    offsets.get(self.settings.topic_decisions, -1))
-                state = self.states[partition] = PartitionState(pipeline, offsets, segments)
-                log.info("partition %d: state %s, offsets %s, %d trace ids restored", partition,
-                         "restored" if blob else "new", offsets, len(pipeline.seen))
-                self.last_progress = time.monotonic()  # a restore is progress too
-                applied = self.applied_here.get(partition, -1)
-                if offsets.get(self.settings.topic_decisions, -1) < applied:
-                    # The checkpoint is gone or behind what this process wrote: the broker
-                    # lost its log (an in-memory broker restarted). Its offsets start again
-                    # too, so counting starts again rather than skipping new traces.
-                    self.health["state_lost"] += 1
-                    log.warning("partition %d: checkpoint offsets %s are behind offset %d "
-                                "applied here: the broker lost its log; counting restarts",
-                                partition, offsets, applied)
-            return state
-
-    def _state_key(self, partition: int) -> bytes:
-        return f"{self.settings.app_id}:{self.settings.topic_decisions}:{partition}".encode()
-
-    def _seen_key(self, partition: int, upto: int) -> bytes:
-        return self._state_key(partition) + f":seen:{upto:020d}".encode()
-
-    def forget(self, partitions: set[int]) -> None:
-        """Drop states of partitions this worker no longer owns (the new owner restores)."""
-        for partition in partitions:
-            self.states.pop(partition, None)
-
     async def _dead_letter(self, event: Any, rejection: Rejection) -> None:
         message = event.message
         headers = {
@@ -389,13 +286,11 @@ class Worker:
         self.health["windows_skipped"] = self.merger.skipped
         cells = self.merger.table().only(self.owns)
         self.health["releases_owned"] = len({key[0] for key in cells})
-        pipelines = [state.pipeline for _, state in sorted(self.states.items())]
-        if not pipelines:
-            pipelines = [Pipeline(self.settings, self.slicer, self.admit_missing)]
+        pipelines = self.partitions.pipelines()
         watermark = max(p.windows.watermark for p in pipelines)
         self.health["watermark_lag"] = max(time.time() - watermark, 0.0) if watermark > 0 else 0
         with self.tracer.start_as_current_span("ragmon.export"):
-            counters = self.merger.counters(self._state_key(p) for p in self.owned)
+            counters = self.merger.counters(self.partitions.state_key(p) for p in self.owned)
             self.collector.current = snapshot_of(pipelines, self.health, self.drift_view,
                                                  cells, counters)
 
@@ -446,7 +341,7 @@ def build(settings: Settings, *, broker_session_timeout: float = 4.0,
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def on_revoked(app: faust.App, revoked: set[Any], **_: Any) -> None:
-        worker.forget({tp.partition for tp in revoked})
+        worker.partitions.forget({tp.partition for tp in revoked})
 
     @app.task  # type: ignore[untyped-decorator]
     async def serve_metrics() -> None:

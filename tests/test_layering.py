@@ -14,7 +14,8 @@ ORDER = [
     "pipeline", "watch", "backtest", "frame", "compare", "gate", "summary", "checkpoint", "merge",
     "snapshot", "status", "export", "simulate",
     "render", "files", "plots", "documents",
-    "broker", "client", "references", "telemetry", "topics", "refsync", "stall", "app", "demo",
+    "broker", "client", "references", "telemetry", "topics", "refsync", "stall", "partitions",
+    "app", "demo",
     "analyze",
     "cli",
 ]
