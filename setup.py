@@ -1,7 +1,7 @@
 """Builds the optional compiled fold (monitor/_fold.pyx); metadata lives in pyproject.toml.
 
 Without a C compiler the build goes on (`optional=True`) and ragmon runs the same fold
-in pure Python (monitor/fold.py picks whichever is there), ~1.4x slower on replay.
+in pure Python (monitor/fold.py picks whichever is there), ~1.9x slower on replay.
 """
 
 from Cython.Build import cythonize
