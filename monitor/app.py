@@ -113,10 +113,9 @@ class Worker:
                     continue
                 dead = self._fold(state.pipeline, fresh, kind)
                 state.offsets[topic] = max(e.message.offset for e in fresh)
-                journal = state.pipeline.journal
-                sightings = list(journal) if journal else []
-                if journal:
-                    journal.clear()
+                # Take the batch's first sightings and start a fresh journal (no copy).
+                sightings = state.pipeline.journal or []
+                state.pipeline.journal = []
                 folded.append((partition, state, sightings))
                 for index, rejection in dead:
                     await self._dead_letter(fresh[index], rejection)

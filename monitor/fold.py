@@ -47,5 +47,6 @@ class Folder:
             return
         rows = table.row_tuples(slicings)  # may grow the arrays: read them after
         table.version += 1
-        _fold.fold(list(traces), rows, table.counts, table.sums, table.extras, self._codes,
+        chunk = traces if isinstance(traces, list) else list(traces)  # the pipeline's: a list
+        _fold.fold(chunk, rows, table.counts, table.sums, table.extras, self._codes,
                    self.admit_missing)
