@@ -87,8 +87,12 @@ class Table:
 
     def _rows_for(self, key: Slicing) -> tuple[int, ...]:
         release, pairs = key
-        rows = [self.row((release, TOTAL, TOTAL))]
-        rows.extend(self.row((release, dim, value)) for dim, value in pairs)
+        index, row = self.index, self.row
+        # Every window table meets each slicing once: a plain loop, cells mostly known.
+        rows = [index.get((release, TOTAL, TOTAL)) or row((release, TOTAL, TOTAL))]
+        for dim, value in pairs:
+            cell = (release, dim, value)
+            rows.append(index.get(cell) or row(cell))
         rows.extend([-1] * (self.layout.cells_per_trace - len(rows)))
         self._rows[key] = padded = tuple(rows)
         return padded

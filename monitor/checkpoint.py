@@ -19,9 +19,11 @@ the seen topic as a segment of their own before the batch's checkpoint
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 from weakref import WeakKeyDictionary
 
+import lz4.frame
 import msgspec
 
 from monitor.aggregate import Table
@@ -31,17 +33,22 @@ from monitor.labels import TraceRef
 from monitor.layout import Layout
 from monitor.pipeline import Closed, Counters, Pipeline
 from monitor.settings import Settings
-from monitor.slices import Cap, Slicer
+from monitor.slices import Cap, Slicer, Slicing
 
 __all__ = ["Partial", "Segment", "dump", "dump_seen", "expired", "load", "partial", "read",
            "restore_seen"]
 
-_VERSION = 3
-_READS = (1, 2, 3)  # 1: no closed windows; 1-2: tables as plain dicts, all compressed
-# Version 3 blobs are this prefix and plain msgpack; each table inside is compressed on
+_VERSION = 4
+# 1: no closed windows; 1-2: tables as plain dicts, all compressed; 1-3: zlib; 4: lz4
+_READS = (1, 2, 3, 4)
+# Version 3+ blobs are this prefix and plain msgpack; each table inside is compressed on
 # its own, and a table unchanged since the pipeline's last checkpoint (most open windows
 # between two batches) reuses its bytes: a 1.7 MB checkpoint cost ~20 ms to write whole.
+# The table a batch changed is compressed on every checkpoint, once per partition per
+# batch: LZ4 measured 0.12 ms for a 6-dimension window's 194 kB where zlib level 1 took
+# 0.8 ms (37 kB against 25 kB).
 _RAW = b"RGM3"
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
 Packed = dict[int, tuple[Table, int, bytes]]  # id(table) -> (table, its version, bytes)
@@ -58,7 +65,7 @@ def dump(pipeline: Pipeline, offsets: dict[str, int]) -> bytes:
         if hit is not None and hit[0] is table and hit[1] == table.version:
             blob = hit[2]
         else:
-            blob = zlib.compress(_encoder.encode(table.to_state()), 1)
+            blob = _compress(_encoder.encode(table.to_state()))
         now[id(table)] = (table, table.version, blob)
         return blob
 
@@ -169,8 +176,19 @@ def read(blob: bytes) -> dict[str, Any]:
 def _table(layout: Layout, data: Any) -> Table:
     """A table from its checkpointed form: compressed bytes (v3) or a plain dict."""
     if isinstance(data, bytes):
-        data = _decoder.decode(zlib.decompress(data))
+        data = _decoder.decode(_decompress(data))
     return Table.from_state(layout, data)
+
+
+def _compress(data: bytes) -> bytes:
+    return lz4.frame.compress(data)  # type: ignore[no-any-return]
+
+
+def _decompress(data: bytes) -> bytes:
+    """LZ4 frames (version 4) or zlib streams (versions 1-3), told apart by their magic."""
+    if data.startswith(_LZ4_MAGIC):
+        return lz4.frame.decompress(data)  # type: ignore[no-any-return]
+    return zlib.decompress(data)
 
 
 def _counters(state: dict[str, Any]) -> Counters:
@@ -206,11 +224,21 @@ class Segment(NamedTuple):
 
 
 def dump_seen(entries: list[tuple[str, float, TraceRef]], upto: int) -> bytes:
-    """Bytes of the first sightings of one batch (written before that batch's checkpoint)."""
+    """Bytes of the first sightings of one batch (written before that batch's checkpoint).
+
+    Each distinct slicing is written once (`slicings`) and entries refer to it by index:
+    a batch repeats a few hundred slicings of up to seven pairs each, and encoding every
+    entry's own copy was most of the cost."""
+    index: dict[Slicing, int] = {}
+    rows = []
+    for trace_id, ts, ref in entries:
+        slicing = ref.slicing
+        at = index.get(slicing)
+        if at is None:
+            at = index[slicing] = len(index)
+        rows.append((trace_id, ts, ref.window_start, at, ref.decision))
     # Tuples encode as arrays: the same wire form as lists, without copying each pair.
-    rows = [(trace_id, ts, ref.window_start, ref.slicing[0], ref.slicing[1], ref.decision)
-            for trace_id, ts, ref in entries]
-    return zlib.compress(_encoder.encode({"upto": upto, "entries": rows}), 1)
+    return _compress(_encoder.encode({"upto": upto, "slicings": list(index), "entries": rows}))
 
 
 def restore_seen(pipeline: Pipeline, blobs: list[bytes], applied: int) -> list[Segment]:
@@ -218,19 +246,31 @@ def restore_seen(pipeline: Pipeline, blobs: list[bytes], applied: int) -> list[S
     batch first. A segment of a batch the checkpoint does not hold (written, then a crash
     before the checkpoint) is ignored: that batch is delivered again and folds then."""
     segments = []
-    decoded = [_decoder.decode(zlib.decompress(blob)) for blob in blobs]
+    decoded = [_decoder.decode(_decompress(blob)) for blob in blobs]
     for state in sorted(decoded, key=lambda s: int(s["upto"])):
         if int(state["upto"]) > applied:
             continue
         newest = float("-inf")
-        for trace_id, ts, start, release, pairs, decision in state["entries"]:
-            slicing = (release, tuple((d, v) for d, v in pairs))
+        for trace_id, ts, start, slicing, decision in _sightings(state):
             pipeline.seen.first(trace_id, ts, TraceRef(int(start), slicing, decision))
             newest = max(newest, ts)
         segments.append(Segment(int(state["upto"]), newest, len(state["entries"])))
     pipeline.seen.expire(pipeline.windows.watermark)
     pipeline.joiner.forget(pipeline.seen.refs)
     return segments
+
+
+def _sightings(state: dict[str, Any]) -> Iterator[tuple[str, float, int, Slicing, str]]:
+    """A segment's entries with their slicings, from either wire form (with a `slicings`
+    dictionary, or, before it, each entry's release and pairs inline)."""
+    if "slicings" in state:
+        slicings = [(release, tuple((d, v) for d, v in pairs))
+                    for release, pairs in state["slicings"]]
+        for trace_id, ts, start, at, decision in state["entries"]:
+            yield trace_id, ts, start, slicings[at], decision
+        return
+    for trace_id, ts, start, release, pairs, decision in state["entries"]:
+        yield trace_id, ts, start, (release, tuple((d, v) for d, v in pairs)), decision
 
 
 def expired(segments: list[Segment], watermark: float, horizon_seconds: float,

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Final, NamedTuple
 
 from monitor.aggregate import TOTAL, CellKey, Table
-from monitor.contract import Feedback, Label, Trace, to_json
+from monitor.contract import Feedback, Label, System, Trace, to_json
 from monitor.dedupe import Seen
 from monitor.fold import Folder
 from monitor.ingest import Accepted, Rejection, parse
@@ -194,8 +194,14 @@ class Pipeline:
             self.folder.fold(self.windows.table(start), traces, slicings)
             self.input["folded"] += len(traces)
             in_window = self.components.setdefault(start, {})
-            for release, system in {(s[0], t.system)
-                                    for s, t in zip(slicings, traces, strict=True)}:
+            # Consecutive traces of a release mostly share their versions: comparing with
+            # the release's previous System is cheaper than hashing every one.
+            latest: dict[str, System] = {}
+            for slicing, trace in zip(slicings, traces, strict=True):
+                release, system = slicing[0], trace.system
+                if latest.get(release) == system:
+                    continue
+                latest[release] = system
                 seen_components = in_window.setdefault(release, set())
                 if len(seen_components) < _COMPONENTS_MAX:
                     seen_components.add(system.components())

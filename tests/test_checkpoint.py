@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import lz4.frame
 from conftest import assert_same, lines
 
 from monitor.checkpoint import dump, load
@@ -99,13 +100,49 @@ def test_checkpoints_of_the_previous_format_still_load():
     original.feed(list(Simulator(seed=2).traces(500)))
     state = msgspec.msgpack.decode(dump(original, {"t": 7})[4:])
     def plain(packed: bytes) -> dict:
-        return msgspec.msgpack.decode(zlib.decompress(packed))
+        return msgspec.msgpack.decode(lz4.frame.decompress(packed))
 
     old = {**state, "version": 2, "totals": plain(state["totals"]),
            "open": {s: plain(b) for s, b in state["open"].items()}}
     restored, offsets = load(settings, zlib.compress(msgspec.msgpack.encode(old)))
     assert offsets == {"t": 7}
     assert_same(build(restored), build(original))
+
+
+def test_checkpoints_with_zlib_tables_and_inline_segments_still_load():
+    """Version 3 wrote each table and seen segment with zlib, and each sighting's slicing
+    inline; a worker upgraded mid-stream restores from them."""
+    import zlib
+
+    import msgspec
+
+    from monitor.checkpoint import dump_seen, restore_seen
+
+    settings = load_settings()
+    messages = list(Simulator(seed=5).traces(600))
+    original = Pipeline(settings)
+    original.journal = []
+    original.feed(messages[:400])
+    state = msgspec.msgpack.decode(dump(original, {"rag.decisions": 399})[4:])
+
+    def rezip(packed: bytes) -> bytes:
+        return zlib.compress(lz4.frame.decompress(packed), 1)
+
+    old = {**state, "version": 3, "totals": rezip(state["totals"]),
+           "open": {s: rezip(b) for s, b in state["open"].items()}}
+    segment = msgspec.msgpack.decode(lz4.frame.decompress(dump_seen(original.journal, 399)))
+    slicings = segment["slicings"]
+    inline = {"upto": 399, "entries": [[t, ts, start, *slicings[at], decision]
+                                       for t, ts, start, at, decision in segment["entries"]]}
+    restored, offsets = load(settings, b"RGM3" + msgspec.msgpack.encode(old))
+    kept = restore_seen(restored, [zlib.compress(msgspec.msgpack.encode(inline))],
+                        offsets["rag.decisions"])
+    assert offsets == {"rag.decisions": 399} and [s.entries for s in kept] == [400]
+    assert_same(build(restored), build(original))
+    restored.feed(messages)  # the first 400 again, and 200 new
+    original.feed(messages[400:])
+    assert restored.input["duplicates"] == 400
+    assert_same(build(restored)["releases"], build(original)["releases"])
 
 
 def test_the_de_duplication_horizon_survives_a_restore_but_not_an_unacknowledged_batch():
