@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections import Counter, deque
 from typing import NamedTuple
 
+from msgspec import Struct
+
 from monitor.contract import Feedback, Label
 from monitor.dedupe import Seen
 from monitor.encode import feedback_columns, label_columns
@@ -26,8 +28,9 @@ __all__ = ["Delta", "Joiner", "TraceRef", "kind_of", "replaces"]
 _PRIORITY = {"judge": 0, "human": 1}
 
 
-class TraceRef(NamedTuple):
-    """What a join needs to know of a folded trace."""
+class TraceRef(Struct, frozen=True, gc=False):
+    """What a join needs to know of a folded trace (one per trace in the de-duplication
+    horizon: a Struct is built ~3x faster than a NamedTuple and is 24 bytes smaller)."""
 
     window_start: int
     slicing: Slicing
