@@ -161,12 +161,13 @@ cdef class Tally:
 
 
 def fold(list traces, list rows, long long[:, ::1] counts, double[:, ::1] sums,
-         dict extras, Codes codes, admit_missing):
-    """Add `traces[i]` to each of its cells: the rows `rows[i]` (a tuple; -1 pads it)."""
-    cdef Py_ssize_t i, n = len(traces), limit = counts.shape[0]
+         dict extras, Codes codes, admit_missing, list exemplars, list last):
+    """Add `traces[i]` to each of its cells: the rows `rows[i]` (a tuple; -1 pads it);
+    `last[row]` becomes `exemplars[i]` (the caller sizes `last` to the table's rows)."""
+    cdef Py_ssize_t i, n = len(traces), limit = counts.shape[0], known = len(last)
     cdef long long cells[64]
     cdef long long row
-    cdef int nrows, supported, claimed
+    cdef int nrows, supported, claimed, r
     cdef bint leak
     cdef Hist h
     cdef Tally tally = Tally(limit)
@@ -177,10 +178,13 @@ def fold(list traces, list rows, long long[:, ::1] counts, double[:, ::1] sums,
             row = item
             if row < 0:
                 break
-            if row >= limit or nrows == 64:
+            if row >= limit or row >= known or nrows == 64:
                 raise IndexError(f"row {row} outside the table, or over 64 cells")
             cells[nrows] = row
             nrows += 1
+        exemplar = exemplars[i]
+        for r in range(nrows):
+            last[cells[r]] = exemplar
         decision = t.decision
         bump(counts, cells, nrows, codes.traces)
         bump(counts, cells, nrows, codes.decision[decision])

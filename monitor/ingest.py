@@ -56,7 +56,9 @@ _ENCODER: Final = msgspec.json.Encoder()
 _DROPPED_MARK = b'..."[content fields dropped]"'
 
 
-class Accepted(NamedTuple):
+class Accepted(msgspec.Struct, frozen=True, gc=False):
+    """A valid event (a Struct: built once per message, ~4x faster than a NamedTuple)."""
+
     event: Event
     content_fields_dropped: int
 

@@ -15,7 +15,7 @@ from typing import Final, NamedTuple
 from monitor.aggregate import TOTAL, CellKey, Table
 from monitor.contract import Feedback, Label, System, Trace, to_json
 from monitor.dedupe import Seen
-from monitor.fold import Folder
+from monitor.fold import Exemplar, Folder
 from monitor.ingest import Accepted, Rejection, parse
 from monitor.labels import Delta, Joiner, TraceRef
 from monitor.layout import Layout, from_settings
@@ -41,7 +41,6 @@ INPUT_COUNTERS: Final = (
 
 
 Components = tuple[str | None, ...]
-Exemplar = tuple[int, str, float]  # (input position, trace_id, ts) of a trace
 
 
 class Closed(NamedTuple):
@@ -106,9 +105,9 @@ class Pipeline:
         # Per open window, the version components seen per (capped) release: a change
         # makes the release's reference stale.
         self.components: dict[int, dict[str, set[Components]]] = {}
-        # Per open window, the last trace (input position, trace_id, ts) of each slicing:
-        # what an alarm on that window points to.
-        self.last_traces: dict[int, dict[Slicing, Exemplar]] = {}
+        # Per open window, the last trace (input position, trace_id, ts) of each row of its
+        # table: what an alarm on that window's cells points to.
+        self.last_traces: dict[int, list[Exemplar | None]] = {}
         # The last RECENT_CLOSED closed windows by start, oldest first; windows closed ever.
         self.recent: dict[int, Closed] = {}
         self.closed_count = 0
@@ -191,7 +190,8 @@ class Pipeline:
             traces = [item[1] for item in items]
             slicings = [item[2] for item in items]
             exemplars = [item[3] for item in items]
-            self.folder.fold(self.windows.table(start), traces, slicings)
+            self.folder.fold(self.windows.table(start), traces, slicings, exemplars,
+                             self.last_traces.setdefault(start, []))
             self.input["folded"] += len(traces)
             in_window = self.components.setdefault(start, {})
             # Consecutive traces of a release mostly share their versions: comparing with
@@ -205,7 +205,6 @@ class Pipeline:
                 seen_components = in_window.setdefault(release, set())
                 if len(seen_components) < _COMPONENTS_MAX:
                     seen_components.add(system.components())
-            self.last_traces.setdefault(start, {}).update(zip(slicings, exemplars, strict=True))
             traced = [i for i, t in enumerate(traces)
                       if t.otel is not None and t.otel.trace_id]
             # The newest trace per (slicing, decision), applied oldest first: a cell shared
@@ -270,7 +269,8 @@ class Pipeline:
         the last RECENT_CLOSED of them stay in `recent` (checkpointed for stage two)."""
         done = self.windows.close_all() if final else self.windows.close_ready()
         closed = [Closed(start, table, self.components.pop(start, {}),
-                         _per_cell(self.last_traces.pop(start, {}))) for start, table in done]
+                         _per_cell(table, self.last_traces.pop(start, [])))
+                  for start, table in done]
         for window in closed:
             self.totals = self.totals.merge(window.table)
             self.recent[window.start] = window
@@ -292,12 +292,12 @@ class Pipeline:
         self.joiner.forget(self.seen.refs)
 
 
-def _per_cell(last: dict[Slicing, Exemplar]) -> dict[Slicing, Exemplar]:
-    """The last trace of every cell a window's slicings fell into (bounded by the cells)."""
+def _per_cell(table: Table, last: list[Exemplar | None]) -> dict[Slicing, Exemplar]:
+    """The last trace of every cell of a window, keyed as the slicing `(release, ())` for
+    the release total and `(release, ((dimension, value),))` for a slice."""
     found: dict[Slicing, Exemplar] = {}
-    for (release, pairs), exemplar in last.items():
-        for key in ((release, ()), *((release, (pair,)) for pair in pairs)):
-            old = found.get(key)
-            if old is None or old[0] < exemplar[0]:
-                found[key] = exemplar
+    for (release, dimension, value), exemplar in zip(table.keys, last, strict=False):
+        if exemplar is not None:
+            key = (release, ()) if dimension == TOTAL else (release, ((dimension, value),))
+            found[key] = exemplar
     return found

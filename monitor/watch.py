@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from monitor.aggregate import Table
 from monitor.drift import Alarm, Drift
-from monitor.pipeline import Closed, Exemplar
+from monitor.fold import Exemplar
+from monitor.pipeline import Closed
 from monitor.reference import Components
 from monitor.slices import Slicing
 

@@ -26,13 +26,26 @@ LAYOUT = from_settings(SETTINGS)
 
 
 def folded(events, compiled: bool, layout=LAYOUT) -> Table:
-    table = Table.empty(layout)
+    """The table of `events`, with its last trace per row as `table.last` (a test-only
+    attribute on a subclass: Table has slots)."""
+    table = _Table(layout)
     slicer = Slicer(("language", "fact_type", "risk", "query_length"), 50, 20)
-    Folder(layout, Cap(2), compiled).fold(table, events, [slicer.keys(e) for e in events])
+    exemplars = [(i, e.trace_id, float(i)) for i, e in enumerate(events)]
+    Folder(layout, Cap(2), compiled).fold(table, events, [slicer.keys(e) for e in events],
+                                          exemplars, table.last)
     return table
 
 
+class _Table(Table):
+    __slots__ = ("last",)
+
+    def __init__(self, layout) -> None:
+        super().__init__(layout)
+        self.last: list = []
+
+
 def assert_same(a: Table, b: Table) -> None:
+    assert getattr(a, "last", None) == getattr(b, "last", None)
     ca, cb = a.cells(), b.cells()
     assert ca.keys() == cb.keys()
     for key in ca:
@@ -107,3 +120,34 @@ def test_pipelines_agree_on_every_scenario(scenario):
     assert_same(compiled.merged(), pure.merged())
     assert compiled.exemplars == pure.exemplars
     assert compiled.components == pure.components
+    assert compiled.last_traces == pure.last_traces
+    assert [w.last for w in compiled.recent.values()] == [w.last for w in pure.recent.values()]
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_each_closed_window_points_to_the_last_trace_of_every_cell(compiled):
+    """What an alarm on a window links to: per cell (release total, each slice value), the
+    last trace folded into it, by input position."""
+    raws = list(Simulator(seed=11, rate=5.0).traces(2_000))
+    pipeline = Pipeline(SETTINGS)
+    pipeline.folder = Folder(pipeline.layout, pipeline.admit_missing, compiled)
+    closed = []
+    for i in range(0, len(raws), 300):
+        pipeline.feed(raws[i : i + 300])
+        closed += pipeline.close_ready()
+    closed += pipeline.close_ready(final=True)
+    expected: dict[int, dict] = {}
+    seen = set()
+    for position, raw in enumerate(raws):
+        result = parse(raw)
+        if not isinstance(result, Accepted) or result.event.trace_id in seen:
+            continue
+        trace = result.event
+        seen.add(trace.trace_id)
+        ts = trace.ts.timestamp()
+        start = int(ts // SETTINGS.window_seconds) * SETTINGS.window_seconds
+        release, pairs = pipeline.slicer.keys(trace)
+        for key in ((release, ()), *((release, (pair,)) for pair in pairs)):
+            expected.setdefault(start, {})[key] = (position, trace.trace_id, ts)
+    assert len(expected) > 3
+    assert {window.start: window.last for window in closed} == expected
