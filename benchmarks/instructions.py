@@ -10,7 +10,8 @@ cache-warm loop (RESULTS.md), do not show. Use it to compare two versions of the
     python benchmarks/instructions.py --traces 20000 [--against /path/to/other/checkout]
 
 Stages: msgspec decode only, `ingest.parse`, the full pipeline with the compiled fold
-and with the pure-Python fold (as `replay_throughput.py`, batches of 1000).
+and with the pure-Python fold (as `replay_throughput.py`, batches of 1000). The other
+checkout needs its compiled fold built (`python setup.py build_ext --inplace` there).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def run_stage(stage: str, n: int) -> None:
 
 
 def instructions(stage: str, n: int, tree: Path | None) -> int:
-    env = dict(os.environ)
+    env = {**os.environ, "PYTHONHASHSEED": "0"}  # same dict layouts in every run
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
     out = subprocess.run(
