@@ -93,8 +93,9 @@ class Settings(BaseSettings):
     app_id: str = Field(default="ragmon", pattern=r"^[A-Za-z0-9._-]{1,64}$")
     # A batch is folded, then its seen segments and checkpoints are delivered (two broker
     # round trips) before it is acknowledged; Faust buffers no further events meanwhile.
-    # 4,000 measured 1.11-1.14x the throughput of 1,000 (benchmarks/RESULTS.md); a batch
-    # still closes after `batch_seconds`, so latency at low rates does not change.
+    # 4,000 measured 1.11-1.14x the throughput of 1,000 in a two-round A/B, though not in
+    # the full benchmark after it (benchmarks/RESULTS.md); a batch still closes after
+    # `batch_seconds`, so latency at low rates does not change.
     batch_size: int = Field(default=4000, ge=1, le=100_000)
     batch_seconds: float = Field(default=0.5, gt=0, le=60)
     # Decisions waiting in owned partitions and no batch for this long: the worker
