@@ -87,12 +87,11 @@ class Table:
 
     def _rows_for(self, key: Slicing) -> tuple[int, ...]:
         release, pairs = key
-        index, row = self.index, self.row
-        # Every window table meets each slicing once: a plain loop, cells mostly known.
-        rows = [index.get((release, TOTAL, TOTAL)) or row((release, TOTAL, TOTAL))]
+        row = self.row
+        # Every window table meets each slicing once: a plain loop, no generator.
+        rows = [row((release, TOTAL, TOTAL))]
         for dim, value in pairs:
-            cell = (release, dim, value)
-            rows.append(index.get(cell) or row(cell))
+            rows.append(row((release, dim, value)))
         rows.extend([-1] * (self.layout.cells_per_trace - len(rows)))
         self._rows[key] = padded = tuple(rows)
         return padded

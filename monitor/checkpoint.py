@@ -210,7 +210,7 @@ def _closed(layout: Layout, data: list[Any], unpack: Any = None) -> Closed:
     start, table, components, last = data
     return Closed(int(start), unpack(table) if unpack else _table(layout, table),
                   {r: {tuple(c) for c in seen} for r, seen in components.items()},
-                  {(release, tuple((d, v) for d, v in pairs)): (int(i), str(t), float(ts))
+                  {_slicing(release, pairs): (int(i), str(t), float(ts))
                    for release, pairs, i, t, ts in last})
 
 
@@ -264,13 +264,17 @@ def _sightings(state: dict[str, Any]) -> Iterator[tuple[str, float, int, Slicing
     """A segment's entries with their slicings, from either wire form (with a `slicings`
     dictionary, or, before it, each entry's release and pairs inline)."""
     if "slicings" in state:
-        slicings = [(release, tuple((d, v) for d, v in pairs))
-                    for release, pairs in state["slicings"]]
+        slicings = [_slicing(release, pairs) for release, pairs in state["slicings"]]
         for trace_id, ts, start, at, decision in state["entries"]:
             yield trace_id, ts, start, slicings[at], decision
         return
     for trace_id, ts, start, release, pairs, decision in state["entries"]:
-        yield trace_id, ts, start, (release, tuple((d, v) for d, v in pairs)), decision
+        yield trace_id, ts, start, _slicing(release, pairs), decision
+
+
+def _slicing(release: str, pairs: list[list[str]]) -> Slicing:
+    """A slicing back from its msgpack form (pairs decode as lists)."""
+    return release, tuple((d, v) for d, v in pairs)
 
 
 def expired(segments: list[Segment], watermark: float, horizon_seconds: float,
