@@ -9,10 +9,10 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "monitor"
 # Left to right: a module may import only modules to its left. cli wires; nothing imports it.
 ORDER = [
-    "contract", "settings", "ingest", "slices", "layout", "encode", "aggregate", "fold", "windows",
-    "dedupe", "labels", "derive", "detectors", "thresholds", "reference", "streams", "drift",
-    "pipeline", "watch", "backtest", "frame", "compare", "gate", "summary", "checkpoint", "merge",
-    "snapshot", "status", "export", "simulate",
+    "contract", "parts", "settings", "ingest", "slices", "layout", "encode", "aggregate", "fold",
+    "windows", "dedupe", "labels", "derive", "detectors", "thresholds", "reference", "streams",
+    "drift", "pipeline", "watch", "backtest", "frame", "compare", "gate", "summary", "checkpoint",
+    "merge", "snapshot", "status", "export", "simulate",
     "render", "files", "plots", "documents",
     "broker", "client", "references", "telemetry", "topics", "refsync", "stall", "partitions",
     "app", "demo",
