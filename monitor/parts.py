@@ -50,15 +50,42 @@ def _wire_model() -> type[msgspec.Struct]:
                              tag_field="schema", tag=DECISION_SCHEMA)
 
 
-_WIRE: Final[msgspec.json.Decoder[Any]] = msgspec.json.Decoder(_wire_model())
-_FIELDS: Final = tuple(f.name for f in msgspec.structs.fields(Trace))
-_DECODERS: Final = {f.name: msgspec.json.Decoder(f.type)
-                    for f in msgspec.structs.fields(Trace) if f.name in _PARTS}
-_CACHES: Final[dict[str, dict[bytes, Any]]] = {name: {} for name in _PARTS}
+class _Part:
+    """One repeating part: its strict decoder and its cache of values by exact bytes."""
+
+    __slots__ = ("cache", "decoder", "name")
+
+    def __init__(self, name: str, kind: Any) -> None:
+        self.name = name
+        self.decoder = msgspec.json.Decoder(kind)
+        self.cache: dict[bytes, Any] = {}
+
+    def __call__(self, raw: Raw) -> Any:
+        key = bytes(raw)
+        found = self.cache.get(key, _MISSING)
+        if found is not _MISSING:
+            return found
+        try:
+            value = self.decoder.decode(key)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise Unusual(self.name) from exc
+        # The slice is a free-form map: its keys may be content fields.
+        if self.name == "slice" and not CONTENT_FIELDS.isdisjoint(value):
+            raise Unusual(self.name)
+        if len(self.cache) >= CACHE_MAX:
+            self.cache.clear()
+        self.cache[key] = value
+        return value
+
+
 _MISSING: Final = object()
-if _FIELDS != ("trace_id", "ts", "system", "decision", "reason", "otel", "slice",
-               "query_tokens", "cluster", "rule", "signals", "retrieval", "claims",
-               "requirements", "checks", "usage", "evals"):
+_WIRE: Final[msgspec.json.Decoder[Any]] = msgspec.json.Decoder(_wire_model())
+_TYPES: Final = {f.name: f.type for f in msgspec.structs.fields(Trace)}
+_SYSTEM, _SLICE, _REQUIREMENTS, _CHECKS = (_Part(name, _TYPES[name]) for name in _PARTS)
+if tuple(_TYPES) != (
+        "trace_id", "ts", "system", "decision", "reason", "otel", "slice", "query_tokens",
+        "cluster", "rule", "signals", "retrieval", "claims", "requirements", "checks",
+        "usage", "evals"):
     raise ImportError("Trace's fields changed: update monitor/parts.py:decode_trace")
 
 
@@ -69,25 +96,7 @@ def decode_trace(raw: bytes) -> Trace:
     w = _WIRE.decode(raw)
     # Spelled out, in `Trace`'s field order (checked at import): a loop over the fields
     # cost more instructions than the parts save.
-    return Trace(w.trace_id, w.ts, _part("system", w.system), w.decision, w.reason, w.otel,
-                 _part("slice", w.slice), w.query_tokens, w.cluster, w.rule, w.signals,
-                 w.retrieval, w.claims, _part("requirements", w.requirements),
-                 _part("checks", w.checks), w.usage, w.evals)
-
-
-def _part(name: str, raw: Raw) -> Any:
-    cache = _CACHES[name]
-    key = bytes(raw)
-    found = cache.get(key, _MISSING)
-    if found is not _MISSING:
-        return found
-    try:
-        value = _DECODERS[name].decode(key)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise Unusual(name) from exc
-    if name == "slice" and not CONTENT_FIELDS.isdisjoint(value):
-        raise Unusual(name)
-    if len(cache) >= CACHE_MAX:
-        cache.clear()
-    cache[key] = value
-    return value
+    return Trace(w.trace_id, w.ts, _SYSTEM(w.system), w.decision, w.reason, w.otel,
+                 _SLICE(w.slice), w.query_tokens, w.cluster, w.rule, w.signals,
+                 w.retrieval, w.claims, _REQUIREMENTS(w.requirements), _CHECKS(w.checks),
+                 w.usage, w.evals)
