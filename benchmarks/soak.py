@@ -28,9 +28,14 @@ from monitor.simulate import Simulator
 
 
 def rss_mib(pid: int) -> float:
+    """Resident memory of the worker and its children (the partition states live in one)."""
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            total += rss_mib(int(child))
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
+            return total + int(line.split()[1]) / 1024
     return float("nan")
 
 

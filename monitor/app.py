@@ -37,14 +37,14 @@ import faust
 from monitor import stall, telemetry, topics
 from monitor.backtest import to_record
 from monitor.drift import Drift, DriftConfig, DriftView
-from monitor.export import Collector, serve, snapshot_of
+from monitor.export import Collector, serve
 from monitor.ingest import Rejection
 from monitor.layout import from_settings
 from monitor.merge import Merger, owner
-from monitor.partitions import Folded, Partitions
-from monitor.pipeline import Pipeline
+from monitor.partitions import Group, Partitions
 from monitor.refsync import ReferenceSync
 from monitor.settings import Settings
+from monitor.snapshot import Local, snapshot_from
 from monitor.watch import Watch
 
 __all__ = ["Worker", "build", "run"]
@@ -99,30 +99,26 @@ class Worker:
         # states): a checkpoint never holds a batch's counts without its offsets, nor a
         # de-duplication segment of a batch it does not hold.
         async with self._folding:
-            folded: list[Folded] = []
+            groups = []
             for partition, group in sorted(by_partition.items()):
-                state = self.partitions.states.get(partition)
-                if state is None:
-                    state = await self._retrying(partial(self.partitions.recover, partition),
-                                                 f"partition {partition}: recovery")
-                topic = group[0].message.topic
-                applied = state.offsets.get(topic, -1)
-                fresh = [e for e in group if e.message.offset > applied]
-                self.health["replayed_skipped"] += len(group) - len(fresh)
-                if not fresh:
-                    continue
-                dead = self._fold(state.pipeline, fresh, kind)
-                state.offsets[topic] = max(e.message.offset for e in fresh)
-                # Take the batch's first sightings and start a fresh journal (no copy).
-                sightings = state.pipeline.journal or []
-                state.pipeline.journal = []
-                folded.append((partition, state, sightings))
-                for index, rejection in dead:
-                    await self._dead_letter(fresh[index], rejection)
+                if partition not in self.partitions.offsets:
+                    await self._retrying(partial(self.partitions.recover, partition),
+                                         f"partition {partition}: recovery")
+                groups.append(Group(partition, group[0].message.topic,
+                                    [e.message.offset for e in group],
+                                    [e.value if isinstance(e.value, bytes) else b""
+                                     for e in group]))
+            with self.tracer.start_as_current_span("ragmon.fold"):
+                folded = await self.partitions.fold(kind, groups)
+            for found in folded:
+                self.health["replayed_skipped"] += found.skipped
+                events_of = by_partition[found.partition]
+                for index, rejection in found.dead:
+                    if rejection.reason == "worker_error":
+                        self.health["errors"] += 1
+                    await self._dead_letter(events_of[index], rejection)
             if folded:
                 await self._retrying(partial(self.partitions.checkpoint, folded), "checkpoints")
-                for partition, state, _ in folded:
-                    await self.partitions.expire_seen(partition, state)
         self.health["batch_seconds"] += time.perf_counter() - started
         self.health["batches"] += 1
         self.last_progress = time.monotonic()
@@ -144,8 +140,8 @@ class Worker:
         ends = await topics.end_offsets(self.settings, topic, owned)
         applied = {}
         for partition in owned:
-            state = await self.partitions.recover(partition)
-            applied[partition] = state.offsets.get(topic, -1)
+            offsets = await self.partitions.recover(partition)
+            applied[partition] = offsets.get(topic, -1)
         waiting = stall.lagging(ends, applied)
         if waiting:
             log.error("stalled: partitions %s hold unread decisions (end offsets %s, applied "
@@ -172,6 +168,7 @@ class Worker:
                 except ValueError as exc:  # another version or layout: say so, go on
                     log.warning("checkpoint %r not merged: %s", key, exc)
         await self._detect()
+        await self.partitions.refresh_local()
         self.refresh()
 
     async def _detect(self) -> None:
@@ -246,26 +243,6 @@ class Worker:
                 await asyncio.sleep(delay)
                 delay = min(2 * delay, 30.0)
 
-    def _fold(self, pipeline: Pipeline, events: list[Any],
-              kind: str) -> list[tuple[int, Rejection]]:
-        raws = [e.value if isinstance(e.value, bytes) else b"" for e in events]
-        try:
-            with self.tracer.start_as_current_span("ragmon.fold"):
-                return self._fold_raws(pipeline, raws, kind)
-        except Exception as exc:  # the one broad except: a bad batch must not stop the stream
-            log.exception("batch of %d %s failed", len(raws), kind)
-            self.health["errors"] += 1
-            return [(i, Rejection("worker_error", repr(exc)[:200], raw, 0))
-                    for i, raw in enumerate(raws)]
-
-    def _fold_raws(self, pipeline: Pipeline, raws: list[bytes],
-                   kind: str) -> list[tuple[int, Rejection]]:
-        if kind == "decisions":
-            dead = pipeline.feed(raws)
-            pipeline.close_ready()  # into totals; stage two detects on them (merge.py)
-            return dead
-        return pipeline.feed_events(raws, kind)
-
     async def _dead_letter(self, event: Any, rejection: Rejection) -> None:
         message = event.message
         headers = {
@@ -285,13 +262,13 @@ class Worker:
         self.health["windows_skipped"] = self.merger.skipped
         cells = self.merger.table().only(self.owns)
         self.health["releases_owned"] = len({key[0] for key in cells})
-        pipelines = self.partitions.pipelines()
-        watermark = max(p.windows.watermark for p in pipelines)
+        local = self.partitions.local or Local(0.0, 0, {})
+        watermark = local.watermark
         self.health["watermark_lag"] = max(time.time() - watermark, 0.0) if watermark > 0 else 0
         with self.tracer.start_as_current_span("ragmon.export"):
             counters = self.merger.counters(self.partitions.state_key(p) for p in self.owned)
-            self.collector.current = snapshot_of(pipelines, self.health, self.drift_view,
-                                                 cells, counters)
+            self.collector.current = snapshot_from(self.drift.layout, local, self.health,
+                                                   self.drift_view, cells, counters)
 
 
 def build(settings: Settings, *, broker_session_timeout: float = 4.0,
@@ -340,7 +317,7 @@ def build(settings: Settings, *, broker_session_timeout: float = 4.0,
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def on_revoked(app: faust.App, revoked: set[Any], **_: Any) -> None:
-        worker.partitions.forget({tp.partition for tp in revoked})
+        await worker.partitions.forget({tp.partition for tp in revoked})
 
     @app.task  # type: ignore[untyped-decorator]
     async def serve_metrics() -> None:

@@ -15,38 +15,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
+import os
 import time
 from collections.abc import Awaitable
 from typing import Any
 
-from monitor import checkpoint, topics
-from monitor.labels import TraceRef
-from monitor.pipeline import Pipeline
+from monitor import states, topics
 from monitor.settings import Settings
-from monitor.slices import Cap, Slicer
+from monitor.snapshot import Local
+from monitor.states import Folded, Group
 
-__all__ = ["Folded", "PartitionState", "Partitions"]
+__all__ = ["Folded", "Group", "Partitions"]
 
 log = logging.getLogger("ragmon.worker")
 
 
-class PartitionState:
-    """One partition's pipeline, the last offset it applied from each source topic, and
-    the checkpointed segments of its de-duplication horizon."""
-
-    def __init__(self, pipeline: Pipeline, offsets: dict[str, int],
-                 segments: list[checkpoint.Segment]) -> None:
-        self.pipeline = pipeline
-        self.offsets = offsets
-        self.segments = segments
-
-
-# A partition a batch touched: its state and the batch's first sightings of trace ids.
-Folded = tuple[int, PartitionState, list[tuple[str, float, TraceRef]]]
-
-
 class Partitions:
-    """States of the partitions held here; their checkpoints, segments and restores."""
+    """The partitions held here: their states (in a child process, `monitor/states.py`),
+    checkpoints, segments and restores."""
 
     def __init__(self, settings: Settings, state_topic: Any, seen_topic: Any,
                  health: dict[str, float]) -> None:
@@ -54,16 +41,14 @@ class Partitions:
         self.state_topic = state_topic
         self.seen_topic = seen_topic
         self.health = health  # the worker's: checkpoints, state_lost
-        self.states: dict[int, PartitionState] = {}
-        # Shared by every partition's pipeline: one value maps to `other` everywhere.
-        self.slicer = Slicer(settings.slice_dimensions, settings.slice_values_max,
-                             settings.releases_max)
-        self.admit_missing = Cap(settings.missing_ids_max)
+        self.offsets: dict[int, dict[str, int]] = {}  # applied, by partition held here
+        self.local: Local | None = None  # the pipelines' watermark, caps, exemplars
         # Offsets this process applied per partition, kept when a partition is revoked:
         # a later checkpoint behind them means the broker lost its log (memory broker).
         self.applied_here: dict[int, int] = {}
         self.restored_at = 0.0  # monotonic time of the last restore (progress, for stalls)
         self._recovering = asyncio.Lock()
+        self._child = _Child(settings)
 
     @property
     def recovering(self) -> bool:
@@ -75,58 +60,51 @@ class Partitions:
     def seen_key(self, partition: int, upto: int) -> bytes:
         return self.state_key(partition) + f":seen:{upto:020d}".encode()
 
-    def pipelines(self) -> list[Pipeline]:
-        """The pipelines held here, by partition (a fresh empty one if none)."""
-        found = [state.pipeline for _, state in sorted(self.states.items())]
-        return found or [Pipeline(self.settings, self.slicer, self.admit_missing)]
+    async def fold(self, kind: str, groups: list[Group]) -> list[Folded]:
+        """Fold each partition's group (partitions restored first); what to write."""
+        folded: list[Folded] = await self._child.call("fold", kind, groups)
+        for found in folded:
+            self.offsets[found.partition] = found.offsets
+        return folded
+
+    async def refresh_local(self) -> Local:
+        self.local = await self._child.call("local")
+        return self.local
 
     async def checkpoint(self, folded: list[Folded]) -> None:
         """For each partition a batch touched: its first sightings (so that a restart keeps
         catching duplicates and joining labels of traces folded before it), then its
-        checkpoint. The partitions' records are sent at once, segments delivered before
-        any checkpoint is sent (a checkpoint is never ahead of its segment), and all
-        delivered before the batch is acknowledged (and so committed)."""
-        decisions = self.settings.topic_decisions
-        deliveries: list[Awaitable[Any]] = []
-        for partition, state, sightings in folded:
-            if sightings:
-                upto = state.offsets[decisions]
-                deliveries.append(await self.seen_topic.send(
-                    key=self.seen_key(partition, upto),
-                    value=checkpoint.dump_seen(sightings, upto), partition=partition))
+        checkpoint, then tombstones for segments past the horizon. The partitions'
+        records are sent at once, segments delivered before any checkpoint is sent (a
+        checkpoint is never ahead of its segment), and all delivered before the batch is
+        acknowledged (and so committed)."""
+        deliveries: list[Awaitable[Any]] = [
+            await self.seen_topic.send(key=self.seen_key(f.partition, f.upto), value=f.segment,
+                                       partition=f.partition)
+            for f in folded if f.segment is not None]
         await asyncio.gather(*deliveries)
         deliveries = [await self.state_topic.send(
-            key=self.state_key(partition), value=checkpoint.dump(state.pipeline, state.offsets),
-            partition=partition) for partition, state, _ in folded]
+            key=self.state_key(f.partition), value=f.state, partition=f.partition)
+            for f in folded]
         await asyncio.gather(*deliveries)
-        for partition, state, sightings in folded:
-            if sightings:
-                state.segments.append(checkpoint.Segment(
-                    state.offsets[decisions], max(ts for _, ts, _ in sightings),
-                    len(sightings)))
+        for f in folded:
             self.health["checkpoints"] += 1
-            self.applied_here[partition] = state.offsets.get(decisions, -1)
+            self.applied_here[f.partition] = f.offsets.get(self.settings.topic_decisions, -1)
+            for upto in f.expired:  # compaction then drops them
+                await self.seen_topic.send(key=self.seen_key(f.partition, upto), value=None,
+                                           partition=f.partition)
 
-    async def expire_seen(self, partition: int, state: PartitionState) -> None:
-        """Tombstones for segments past the horizon (compaction then drops them)."""
-        settings = self.settings
-        state.segments, gone = checkpoint.expired(
-            state.segments, state.pipeline.windows.watermark, settings.trace_retention_seconds,
-            settings.trace_retention_max)
-        for segment in gone:
-            await self.seen_topic.send(key=self.seen_key(partition, segment.upto), value=None,
-                                       partition=partition)
-
-    async def recover(self, partition: int) -> PartitionState:
-        """The partition's state: held here, or restored from its checkpoint and segments."""
+    async def recover(self, partition: int) -> dict[str, int]:
+        """The partition's applied offsets: held here, or restored from its checkpoint and
+        segments."""
         async with self._recovering:
-            state = self.states.get(partition)
-            if state is None:
-                state = self.states[partition] = await self._restore(partition)
+            offsets = self.offsets.get(partition)
+            if offsets is None:
+                offsets = self.offsets[partition] = await self._restore(partition)
                 self.restored_at = time.monotonic()
-            return state
+            return offsets
 
-    async def _restore(self, partition: int) -> PartitionState:
+    async def _restore(self, partition: int) -> dict[str, int]:
         settings = self.settings
         key = self.state_key(partition)
         heads, segments_read = await asyncio.gather(
@@ -134,12 +112,10 @@ class Partitions:
             topics.read_topic(settings, settings.topic_seen, partition,
                               lambda k: k.startswith(key + b":seen:")))
         blob = heads.get(key)
-        pipeline, offsets = checkpoint.load(settings, blob, self.slicer, self.admit_missing)
-        pipeline.journal = []
-        segments = checkpoint.restore_seen(pipeline, list(segments_read.values()),
-                                           offsets.get(settings.topic_decisions, -1))
+        offsets, seen = await self._child.call("restore", partition, blob,
+                                               list(segments_read.values()))
         log.info("partition %d: state %s, offsets %s, %d trace ids restored", partition,
-                 "restored" if blob else "new", offsets, len(pipeline.seen))
+                 "restored" if blob else "new", offsets, seen)
         applied = self.applied_here.get(partition, -1)
         if offsets.get(settings.topic_decisions, -1) < applied:
             # The checkpoint is gone or behind what this process wrote: the broker lost
@@ -149,9 +125,46 @@ class Partitions:
             log.warning("partition %d: checkpoint offsets %s are behind offset %d applied "
                         "here: the broker lost its log; counting restarts", partition,
                         offsets, applied)
-        return PartitionState(pipeline, offsets, segments)
+        return dict(offsets)
 
-    def forget(self, partitions: set[int]) -> None:
+    async def forget(self, partitions: set[int]) -> None:
         """Drop states of partitions this worker no longer owns (the new owner restores)."""
         for partition in partitions:
-            self.states.pop(partition, None)
+            self.offsets.pop(partition, None)
+        await self._child.call("forget", sorted(partitions))
+
+
+class _Child:
+    """The process holding the partition states (`states.serve`), one request at a time.
+
+    Started with `spawn` (a fork would copy the Faust process's threads and event
+    loop). It exits when this process goes away; if it dies, so does this process: the
+    states are gone, and a restart restores them from their checkpoints."""
+
+    def __init__(self, settings: Settings) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.conn, theirs = context.Pipe()
+        self.process = context.Process(target=states.serve, args=(theirs, settings),
+                                       name="ragmon-states", daemon=True)
+        self.process.start()
+        theirs.close()
+        self._lock = asyncio.Lock()
+
+    async def call(self, verb: str, *args: Any) -> Any:
+        async with self._lock:
+            # A thread waits for the answer: the event loop (Faust's drain, heartbeats,
+            # the next batch's fetches) runs on while the child folds.
+            ok, value = await asyncio.to_thread(self._roundtrip, verb, args)
+        if not ok:
+            raise RuntimeError(f"states process, {verb}: {value}")
+        return value
+
+    def _roundtrip(self, verb: str, args: tuple[Any, ...]) -> tuple[bool, Any]:
+        try:
+            self.conn.send((verb, args))
+            return self.conn.recv()  # type: ignore[no-any-return]
+        except (EOFError, OSError):
+            log.critical("the states process (pid %s) died (exit code %s): exiting, so that "
+                         "a restart restores the partitions from their checkpoints",
+                         self.process.pid, self.process.exitcode)
+            os._exit(70)

@@ -15,7 +15,7 @@ from monitor.drift import DriftView
 from monitor.layout import Layout
 from monitor.pipeline import Counters, Pipeline
 
-__all__ = ["ALL", "Snapshot", "snapshot_of"]
+__all__ = ["ALL", "Local", "Snapshot", "local_of", "snapshot_from", "snapshot_of"]
 
 ALL: Final = "all"  # dimension and value labels of a release's total
 
@@ -35,6 +35,26 @@ class Snapshot(NamedTuple):
         MappingProxyType({})
 
 
+class Local(NamedTuple):
+    """What a snapshot takes of the pipelines themselves once cells and counters come
+    from stage two's merge (the worker's pipelines live in another process)."""
+
+    watermark: float
+    overflowed: int
+    # (cell, decision) -> (otel trace id, event time, top_score) of a recent trace
+    exemplars: Mapping[tuple[CellKey, str], tuple[str, float, float | None]]
+
+
+def local_of(pipelines: Sequence[Pipeline]) -> Local:
+    """The newest event time, values beyond caps and exemplars of `pipelines`."""
+    watermark = max(0.0, *(p.windows.watermark for p in pipelines))
+    # Caps may be shared by the pipelines (one per partition): count each cap once.
+    slicers = {id(p.slicer): p.slicer for p in pipelines}.values()
+    caps = {id(p.admit_missing): p.admit_missing for p in pipelines}.values()
+    overflowed = sum(s.overflowed for s in slicers) + sum(c.overflowed for c in caps)
+    return Local(watermark, overflowed, _cell_exemplars(pipelines))
+
+
 def snapshot_of(pipelines: Sequence[Pipeline], health: dict[str, float],
                 drift: DriftView | None = None, cells: Table | None = None,
                 counters: Counters | None = None) -> Snapshot:
@@ -48,14 +68,16 @@ def snapshot_of(pipelines: Sequence[Pipeline], health: dict[str, float],
             cells = cells.merge(pipeline.merged())
     if counters is None:
         counters = Counters.total(p.counters() for p in pipelines)
-    watermark = max(0.0, *(p.windows.watermark for p in pipelines))
-    # Caps may be shared by the pipelines (one per partition): count each cap once.
-    slicers = {id(p.slicer): p.slicer for p in pipelines}.values()
-    caps = {id(p.admit_missing): p.admit_missing for p in pipelines}.values()
-    overflowed = sum(s.overflowed for s in slicers) + sum(c.overflowed for c in caps)
-    health = {**health, "watermark": watermark, "overflowed": overflowed}
-    return Snapshot(pipelines[0].layout, cells.cells(), counters.input, counters.rejected,
-                    counters.events, health, drift, _cell_exemplars(pipelines))
+    return snapshot_from(pipelines[0].layout, local_of(pipelines), health, drift, cells,
+                         counters)
+
+
+def snapshot_from(layout: Layout, local: Local, health: dict[str, float],
+                  drift: DriftView | None, cells: Table, counters: Counters) -> Snapshot:
+    """A snapshot of merged `cells` and `counters` and of what `local` took."""
+    health = {**health, "watermark": local.watermark, "overflowed": local.overflowed}
+    return Snapshot(layout, cells.cells(), counters.input, counters.rejected, counters.events,
+                    health, drift, local.exemplars)
 
 
 def _cell_exemplars(pipelines: Sequence[Pipeline],

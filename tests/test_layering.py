@@ -12,7 +12,7 @@ ORDER = [
     "contract", "parts", "settings", "ingest", "slices", "layout", "encode", "aggregate", "fold",
     "windows", "dedupe", "labels", "derive", "detectors", "thresholds", "reference", "streams",
     "drift", "pipeline", "watch", "backtest", "frame", "compare", "gate", "summary", "checkpoint",
-    "merge", "snapshot", "status", "export", "simulate",
+    "merge", "snapshot", "states", "status", "export", "simulate",
     "render", "files", "plots", "documents",
     "broker", "client", "references", "telemetry", "topics", "refsync", "stall", "partitions",
     "app", "demo",

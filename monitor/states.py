@@ -1,0 +1,163 @@
+"""A worker's partition states and the fold into them, served in a process of their own.
+
+The streaming worker is bound by Faust's per-message drain, which holds the worker
+process's interpreter lock; folding and checkpointing in that process took ~50 us per
+trace from it (`benchmarks/RESULTS.md`). So the partition states live in a child process
+(`serve`), and the Faust process only hands it each batch's raw values and offsets and
+sends back what it returns: dead letters, de-duplication segments, checkpoints and
+tombstones. The child holds no broker connection: restores are read by the Faust
+process and handed in as bytes.
+
+`States` is the plain-value part (no I/O): tests and the child use the same class.
+"""
+
+from __future__ import annotations
+
+import gc
+import traceback
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from monitor import checkpoint
+from monitor.ingest import Rejection
+from monitor.pipeline import Pipeline
+from monitor.settings import Settings
+from monitor.slices import Cap, Slicer
+from monitor.snapshot import Local, local_of
+
+__all__ = ["Folded", "Group", "PartitionState", "States", "serve"]
+
+
+class PartitionState:
+    """One partition's pipeline, the last offset it applied from each source topic, and
+    the checkpointed segments of its de-duplication horizon."""
+
+    def __init__(self, pipeline: Pipeline, offsets: dict[str, int],
+                 segments: list[checkpoint.Segment]) -> None:
+        self.pipeline = pipeline
+        self.offsets = offsets
+        self.segments = segments
+
+
+class Group(NamedTuple):
+    """One partition's part of a batch, as the Faust process hands it over."""
+
+    partition: int
+    topic: str
+    offsets: list[int]
+    raws: list[bytes]
+
+
+class Folded(NamedTuple):
+    """What folding a group left to write, in this order, before the batch is
+    acknowledged: dead letters, the segment, the checkpoint, then tombstones."""
+
+    partition: int
+    skipped: int                        # offsets already applied (redelivered)
+    dead: list[tuple[int, Rejection]]   # index in the group, why
+    segment: bytes | None               # the batch's first sightings of trace ids
+    upto: int                           # the segment's (and checkpoint's) last offset
+    state: bytes                        # the checkpoint
+    expired: list[int]                  # `upto` of segments past the horizon
+    offsets: dict[str, int]             # applied, after this batch
+
+
+class States:
+    """The pipelines of the partitions held; restore, fold, forget."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.held: dict[int, PartitionState] = {}
+        # Shared by every partition's pipeline: one value maps to `other` everywhere.
+        self.slicer = Slicer(settings.slice_dimensions, settings.slice_values_max,
+                             settings.releases_max)
+        self.admit_missing = Cap(settings.missing_ids_max)
+
+    def restore(self, partition: int, blob: bytes | None,
+                segments: list[bytes]) -> tuple[dict[str, int], int]:
+        """Hold `partition` from its checkpoint (`None`: new) and de-duplication segments;
+        its applied offsets and the number of trace ids restored."""
+        pipeline, offsets = checkpoint.load(self.settings, blob, self.slicer, self.admit_missing)
+        pipeline.journal = []
+        kept = checkpoint.restore_seen(pipeline, segments,
+                                       offsets.get(self.settings.topic_decisions, -1))
+        self.held[partition] = PartitionState(pipeline, offsets, kept)
+        return offsets, len(pipeline.seen)
+
+    def fold(self, kind: str, groups: list[Group]) -> list[Folded]:
+        """Fold each group into its (restored) partition, skipping applied offsets."""
+        return [found for group in groups if (found := self._fold_group(kind, group))]
+
+    def forget(self, partitions: list[int]) -> None:
+        for partition in partitions:
+            self.held.pop(partition, None)
+
+    def local(self) -> Local:
+        """What the scrapes need of the pipelines held here (watermark, caps, exemplars)."""
+        return local_of([s.pipeline for _, s in sorted(self.held.items())]
+                        or [Pipeline(self.settings, self.slicer, self.admit_missing)])
+
+    def _fold_group(self, kind: str, group: Group) -> Folded | None:
+        state = self.held[group.partition]
+        applied = state.offsets.get(group.topic, -1)
+        fresh = [i for i, offset in enumerate(group.offsets) if offset > applied]
+        if not fresh:
+            return None
+        raws = [group.raws[i] for i in fresh]
+        dead = [(fresh[i], rejection) for i, rejection in _fold(state.pipeline, raws, kind)]
+        state.offsets[group.topic] = max(group.offsets[i] for i in fresh)
+        # Take the batch's first sightings and start a fresh journal (no copy).
+        sightings = state.pipeline.journal or []
+        state.pipeline.journal = []
+        upto = state.offsets.get(self.settings.topic_decisions, -1)
+        segment = None
+        if sightings:
+            segment = checkpoint.dump_seen(sightings, upto)
+            state.segments.append(checkpoint.Segment(upto, max(ts for _, ts, _ in sightings),
+                                                     len(sightings)))
+        blob = checkpoint.dump(state.pipeline, state.offsets)
+        state.segments, gone = checkpoint.expired(
+            state.segments, state.pipeline.windows.watermark,
+            self.settings.trace_retention_seconds, self.settings.trace_retention_max)
+        return Folded(group.partition, len(group.offsets) - len(fresh), dead, segment, upto,
+                      blob, [s.upto for s in gone], dict(state.offsets))
+
+
+def _fold(pipeline: Pipeline, raws: list[bytes], kind: str) -> list[tuple[int, Rejection]]:
+    try:
+        if kind == "decisions":
+            dead = pipeline.feed(raws)
+            pipeline.close_ready()  # into totals; stage two detects on them (merge.py)
+            return dead
+        return pipeline.feed_events(raws, kind)
+    except Exception as exc:  # the one broad except: a bad batch must not stop the stream
+        traceback.print_exc()
+        return [(i, Rejection("worker_error", repr(exc)[:200], raw, 0))
+                for i, raw in enumerate(raws)]
+
+
+def serve(conn: Any, settings: Settings) -> None:
+    """The child process: answer `(verb, args)` requests on `conn` with `(True, result)`
+    or `(False, traceback)` until the Faust process goes away (end of file on `conn`: a
+    kill -9 of the worker takes its states with it, and the next owner restores)."""
+    # A long fold over state without reference cycles: fewer collections (as replay).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 100)
+    states = States(settings)
+    verbs: dict[str, Callable[..., Any]] = {
+        "restore": states.restore, "fold": states.fold, "forget": states.forget,
+        "local": states.local}
+    while True:
+        try:
+            verb, args = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            reply: tuple[bool, Any] = (True, verbs[verb](*args))
+        except Exception:
+            reply = (False, traceback.format_exc())
+        try:
+            conn.send(reply)
+        except OSError:
+            return

@@ -1,0 +1,73 @@
+"""Partition states: restore, fold with redelivery, and the child process that serves them."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+from conftest import assert_same
+
+from monitor.pipeline import Pipeline
+from monitor.settings import load as load_settings
+from monitor.simulate import Simulator
+from monitor.states import Group, States, serve
+from monitor.summary import build
+
+TOPIC = "rag.decisions"
+
+
+def _group(messages: list[bytes], first: int, last: int) -> Group:
+    return Group(0, TOPIC, list(range(first, last)), messages[first:last])
+
+
+def test_a_restored_partition_skips_what_it_applied_and_folds_the_rest_once():
+    settings = load_settings()
+    messages = list(Simulator(seed=3, scenario="steady").traces(3000))
+    whole = Pipeline(settings)
+    whole.feed(messages)
+
+    first = States(settings)
+    assert first.restore(0, None, []) == ({}, 0)
+    [folded] = first.fold("decisions", [_group(messages, 0, 1700)])
+    assert (folded.skipped, folded.upto, folded.offsets) == (0, 1699, {TOPIC: 1699})
+    assert folded.segment is not None and folded.expired == []
+
+    # The next owner restores from what was written, and Kafka redelivers from 1500.
+    second = States(settings)
+    offsets, seen = second.restore(0, folded.state, [folded.segment])
+    assert offsets == {TOPIC: 1699} and seen > 0
+    [again] = second.fold("decisions", [_group(messages, 1500, 3000)])
+    assert again.skipped == 200 and again.offsets == {TOPIC: 2999}
+    assert second.fold("decisions", [_group(messages, 2000, 3000)]) == []  # all applied
+    assert_same(build(second.held[0].pipeline), build(whole))
+
+
+def test_rejections_come_back_with_their_index_in_the_group():
+    settings = load_settings()
+    states = States(settings)
+    states.restore(0, None, [])
+    good = list(Simulator(seed=4).traces(2))
+    group = Group(0, TOPIC, [10, 11, 12], [good[0], b"{not json", good[1]])
+    [folded] = states.fold("decisions", [group])
+    assert [(i, r.reason) for i, r in folded.dead] == [(1, "not_json")]
+    assert states.local().watermark > 0
+
+
+def test_the_child_serves_requests_and_exits_when_the_worker_goes():
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    child = context.Process(target=serve, args=(theirs, load_settings()), daemon=True)
+    child.start()
+    theirs.close()
+    try:
+        ours.send(("restore", (3, None, [])))
+        assert ours.recv() == (True, ({}, 0))
+        ours.send(("fold", ("decisions", [Group(3, TOPIC, [0], [b"[]"])])))
+        ok, [folded] = ours.recv()
+        assert ok and [r.reason for _, r in folded.dead] == ["not_object"]
+        ours.send(("fold", ("decisions", [Group(4, TOPIC, [0], [b"[]"])])))  # not restored
+        ok, error = ours.recv()
+        assert not ok and "KeyError: 4" in error
+    finally:
+        ours.close()  # as a kill -9 of the worker closes it
+    child.join(timeout=60)
+    assert child.exitcode == 0
