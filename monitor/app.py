@@ -15,8 +15,9 @@ loads its checkpoint and skips offsets it already holds: Kafka's redelivery and 
 replay after a rebalance (faust-streaming #502) count once. Traces, labels and feedback
 are keyed by trace_id, so partition p of each topic belongs to the same state. Each
 batch's first sightings of trace ids go to the seen topic before the checkpoint, so the
-de-duplication horizon survives too. Partition states, checkpoints and restores live in
-monitor/partitions.py; the checkpoint format in monitor/checkpoint.py.
+de-duplication horizon survives too. Checkpoints and restores live in
+monitor/partitions.py, the partition states and the fold in a child process
+(monitor/states.py), the checkpoint format in monitor/checkpoint.py.
 
 Stage two (monitor/merge.py): once a second every worker merges the newest checkpoint
 of every partition and exports, and detects on, the releases it owns.

@@ -14,6 +14,9 @@ process and handed in as bytes.
 from __future__ import annotations
 
 import gc
+import pickle
+import socket
+import struct
 import traceback
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -25,7 +28,10 @@ from monitor.settings import Settings
 from monitor.slices import Cap, Slicer
 from monitor.snapshot import Local, local_of
 
-__all__ = ["Folded", "Group", "PartitionState", "States", "serve"]
+__all__ = ["FRAME_LENGTH", "Folded", "Group", "PartitionState", "States", "frame", "read_frame",
+           "serve"]
+
+FRAME_LENGTH = struct.Struct(">Q")
 
 
 class PartitionState:
@@ -136,10 +142,12 @@ def _fold(pipeline: Pipeline, raws: list[bytes], kind: str) -> list[tuple[int, R
                 for i, raw in enumerate(raws)]
 
 
-def serve(conn: Any, settings: Settings) -> None:
-    """The child process: answer `(verb, args)` requests on `conn` with `(True, result)`
-    or `(False, traceback)` until the Faust process goes away (end of file on `conn`: a
-    kill -9 of the worker takes its states with it, and the next owner restores)."""
+def serve(sock: socket.socket, settings: Settings) -> None:
+    """The child process: answer `(verb, args)` requests on `sock` with `(True, result)`
+    or `(False, traceback)` until the Faust process goes away (end of file on `sock`: a
+    kill -9 of the worker takes its states with it, and the next owner restores).
+
+    Frames are an 8-byte big-endian length and a pickle (`frame`, `read_frame`)."""
     # A long fold over state without reference cycles: fewer collections (as replay).
     gc.collect()
     gc.freeze()
@@ -148,16 +156,38 @@ def serve(conn: Any, settings: Settings) -> None:
     verbs: dict[str, Callable[..., Any]] = {
         "restore": states.restore, "fold": states.fold, "forget": states.forget,
         "local": states.local}
-    while True:
-        try:
-            verb, args = conn.recv()
-        except (EOFError, OSError):
-            return
-        try:
-            reply: tuple[bool, Any] = (True, verbs[verb](*args))
-        except Exception:
-            reply = (False, traceback.format_exc())
-        try:
-            conn.send(reply)
-        except OSError:
-            return
+    with sock:
+        while (request := read_frame(sock)) is not None:
+            verb, args = pickle.loads(request)
+            try:
+                reply: tuple[bool, Any] = (True, verbs[verb](*args))
+            except Exception:
+                reply = (False, traceback.format_exc())
+            try:
+                for part in frame(reply):
+                    sock.sendall(part)
+            except OSError:
+                return
+
+
+def frame(value: Any) -> list[bytes]:
+    """`value` as a frame: its length, then its pickle."""
+    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    return [FRAME_LENGTH.pack(len(data)), data]
+
+
+def read_frame(sock: socket.socket) -> bytearray | None:
+    """The next frame's pickle from a blocking socket (`None` at end of file)."""
+    header = _read(sock, FRAME_LENGTH.size)
+    return None if header is None else _read(sock, FRAME_LENGTH.unpack(header)[0])
+
+
+def _read(sock: socket.socket, size: int) -> bytearray | None:
+    buffer = bytearray(size)
+    view, got = memoryview(buffer), 0
+    while got < size:
+        n = sock.recv_into(view[got:], size - got)
+        if n == 0:
+            return None
+        got += n
+    return buffer

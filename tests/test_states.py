@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import multiprocessing
+import pickle
+import socket
 
 from conftest import assert_same
 
 from monitor.pipeline import Pipeline
 from monitor.settings import load as load_settings
 from monitor.simulate import Simulator
-from monitor.states import Group, States, serve
+from monitor.states import Group, States, frame, read_frame, serve
 from monitor.summary import build
 
 TOPIC = "rag.decisions"
@@ -53,19 +55,24 @@ def test_rejections_come_back_with_their_index_in_the_group():
 
 
 def test_the_child_serves_requests_and_exits_when_the_worker_goes():
+    ours, theirs = socket.socketpair()
     context = multiprocessing.get_context("spawn")
-    ours, theirs = context.Pipe()
     child = context.Process(target=serve, args=(theirs, load_settings()), daemon=True)
     child.start()
     theirs.close()
+
+    def call(verb: str, *args: object) -> tuple[bool, object]:
+        for part in frame((verb, args)):
+            ours.sendall(part)
+        reply = read_frame(ours)
+        assert reply is not None
+        return pickle.loads(reply)  # type: ignore[no-any-return]
+
     try:
-        ours.send(("restore", (3, None, [])))
-        assert ours.recv() == (True, ({}, 0))
-        ours.send(("fold", ("decisions", [Group(3, TOPIC, [0], [b"[]"])])))
-        ok, [folded] = ours.recv()
+        assert call("restore", 3, None, []) == (True, ({}, 0))
+        ok, [folded] = call("fold", "decisions", [Group(3, TOPIC, [0], [b"[]"])])
         assert ok and [r.reason for _, r in folded.dead] == ["not_object"]
-        ours.send(("fold", ("decisions", [Group(4, TOPIC, [0], [b"[]"])])))  # not restored
-        ok, error = ours.recv()
+        ok, error = call("fold", "decisions", [Group(4, TOPIC, [0], [b"[]"])])  # not restored
         assert not ok and "KeyError: 4" in error
     finally:
         ours.close()  # as a kill -9 of the worker closes it
