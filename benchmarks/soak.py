@@ -29,13 +29,18 @@ from monitor.simulate import Simulator
 
 def rss_mib(pid: int) -> float:
     """Resident memory of the worker and its children (the partition states live in one)."""
-    total = 0.0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            total += rss_mib(int(child))
+    return children_mib(pid) + _own_mib(pid)
+
+
+def children_mib(pid: int) -> float:
+    return sum(rss_mib(int(child)) for task in Path(f"/proc/{pid}/task").iterdir()
+               for child in (task / "children").read_text().split())
+
+
+def _own_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
-            return total + int(line.split()[1]) / 1024
+            return int(line.split()[1]) / 1024
     return float("nan")
 
 
@@ -66,7 +71,7 @@ def main() -> None:
         started = time.monotonic()
         sent, next_sample, rows = 0, 0.0, []
         print(f"{'min':>5} {'sent':>9} {'read':>9} {'rejected':>8} {'rss MiB':>8} {'series':>7} "
-              f"{'refs':>5}", flush=True)
+              f"{'refs':>5} {'children MiB':>12}", flush=True)
         try:
             while (elapsed := time.monotonic() - started) < args.minutes * 60:
                 due = int(elapsed * args.rate) - sent
@@ -89,10 +94,11 @@ def main() -> None:
                     row = (elapsed / 60, sent,
                            m.get(("ragmon_input_messages_total", (("outcome", "read"),)), 0),
                            m.get(("ragmon_input_messages_total", (("outcome", "rejected"),)), 0),
-                           rss_mib(worker.pid), m.get(("ragmon_series", ()), 0), frozen)
+                           rss_mib(worker.pid), m.get(("ragmon_series", ()), 0), frozen,
+                           children_mib(worker.pid))
                     rows.append(row)
                     print(f"{row[0]:5.1f} {row[1]:9d} {row[2]:9.0f} {row[3]:8.0f} "
-                          f"{row[4]:8.1f} {row[5]:7.0f} {row[6]:5d}", flush=True)
+                          f"{row[4]:8.1f} {row[5]:7.0f} {row[6]:5d} {row[7]:12.1f}", flush=True)
                 time.sleep(0.2)
         finally:
             sender.close()

@@ -1,8 +1,8 @@
 """Faust wiring only: topics, agents, timers, the metrics endpoint. The fold is `Pipeline`.
 
 Topics carry raw bytes (typed Faust records crash agents on undecodable input and let
-NaN through); validation is ours. Each agent gathers batches of events (`_Batches`), groups
-them by partition and folds each group into that partition's pipeline, dead-letters
+NaN through); validation is ours. Each agent gathers batches of events (`_Batches`),
+groups them by partition and folds each group into that partition's pipeline, dead-letters
 what was rejected (reason and source topic/partition/offset in headers) and never lets
 an exception escape: a failed batch is logged, counted and dead-lettered whole with
 reason `worker_error`.
@@ -114,9 +114,9 @@ class Worker:
             for found in folded:
                 self.health["replayed_skipped"] += found.skipped
                 events_of = by_partition[found.partition]
+                if any(rejection.reason == "worker_error" for _, rejection in found.dead):
+                    self.health["errors"] += 1  # the states process printed the traceback
                 for index, rejection in found.dead:
-                    if rejection.reason == "worker_error":
-                        self.health["errors"] += 1
                     await self._dead_letter(events_of[index], rejection)
             if folded:
                 await self._retrying(partial(self.partitions.checkpoint, folded), "checkpoints")

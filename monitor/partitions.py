@@ -64,8 +64,17 @@ class Partitions:
         return self.state_key(partition) + f":seen:{upto:020d}".encode()
 
     async def fold(self, kind: str, groups: list[Group]) -> list[Folded]:
-        """Fold each partition's group (partitions restored first); what to write."""
-        folded: list[Folded] = await self._child.call("fold", kind, groups)
+        """Fold each partition's group (partitions restored first); what to write. A
+        partition revoked meanwhile (and so forgotten) is restored again and folds: its
+        checkpoint is then what the old state would have written."""
+        folded: list[Folded] = []
+        while groups:
+            done, missing = await self._child.call("fold", kind, groups)
+            folded += done
+            for partition in missing:
+                self.offsets.pop(partition, None)
+                await self.recover(partition)
+            groups = [g for g in groups if g.partition in missing]
         for found in folded:
             self.offsets[found.partition] = found.offsets
         return folded

@@ -90,9 +90,12 @@ class States:
         self.held[partition] = PartitionState(pipeline, offsets, kept)
         return offsets, len(pipeline.seen)
 
-    def fold(self, kind: str, groups: list[Group]) -> list[Folded]:
-        """Fold each group into its (restored) partition, skipping applied offsets."""
-        return [found for group in groups if (found := self._fold_group(kind, group))]
+    def fold(self, kind: str, groups: list[Group]) -> tuple[list[Folded], list[int]]:
+        """Fold each group into its partition, skipping applied offsets; and the partitions
+        not held (forgotten after a revoke since the batch began: restore and fold again)."""
+        missing = [g.partition for g in groups if g.partition not in self.held]
+        return [found for group in groups if group.partition in self.held
+                and (found := self._fold_group(kind, group))], missing
 
     def forget(self, partitions: list[int]) -> None:
         for partition in partitions:
