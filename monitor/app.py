@@ -112,7 +112,6 @@ class Worker:
             with self.tracer.start_as_current_span("ragmon.fold"):
                 folded = await self.partitions.fold(kind, groups)
             for found in folded:
-                self.health["replayed_skipped"] += found.skipped
                 events_of = by_partition[found.partition]
                 if any(rejection.reason == "worker_error" for _, rejection in found.dead):
                     self.health["errors"] += 1  # the states process printed the traceback

@@ -43,7 +43,7 @@ class Partitions:
         self.settings = settings
         self.state_topic = state_topic
         self.seen_topic = seen_topic
-        self.health = health  # the worker's: checkpoints, state_lost
+        self.health = health  # the worker's: checkpoints, state_lost, replayed_skipped
         self.offsets: dict[int, dict[str, int]] = {}  # applied, by partition held here
         self.local: Local | None = None  # the pipelines' watermark, caps, exemplars
         # Offsets this process applied per partition, kept when a partition is revoked:
@@ -69,8 +69,9 @@ class Partitions:
         checkpoint is then what the old state would have written."""
         folded: list[Folded] = []
         while groups:
-            done, missing = await self._child.call("fold", kind, groups)
+            done, missing, skipped = await self._child.call("fold", kind, groups)
             folded += done
+            self.health["replayed_skipped"] += skipped
             for partition in missing:
                 self.offsets.pop(partition, None)
                 await self.recover(partition)

@@ -59,7 +59,6 @@ class Folded(NamedTuple):
     acknowledged: dead letters, the segment, the checkpoint, then tombstones."""
 
     partition: int
-    skipped: int                        # offsets already applied (redelivered)
     dead: list[tuple[int, Rejection]]   # index in the group, why
     segment: bytes | None               # the batch's first sightings of trace ids
     upto: int                           # the segment's (and checkpoint's) last offset
@@ -90,12 +89,14 @@ class States:
         self.held[partition] = PartitionState(pipeline, offsets, kept)
         return offsets, len(pipeline.seen)
 
-    def fold(self, kind: str, groups: list[Group]) -> tuple[list[Folded], list[int]]:
-        """Fold each group into its partition, skipping applied offsets; and the partitions
-        not held (forgotten after a revoke since the batch began: restore and fold again)."""
+    def fold(self, kind: str, groups: list[Group]) -> tuple[list[Folded], list[int], int]:
+        """Fold each group into its partition; the partitions not held (forgotten after a
+        revoke since the batch began: restore and fold again); offsets skipped as
+        already applied (redelivered)."""
+        held = [g for g in groups if g.partition in self.held]
         missing = [g.partition for g in groups if g.partition not in self.held]
-        return [found for group in groups if group.partition in self.held
-                and (found := self._fold_group(kind, group))], missing
+        skipped = sum(self._applied(g) for g in held)
+        return [found for g in held if (found := self._fold_group(kind, g))], missing, skipped
 
     def forget(self, partitions: list[int]) -> None:
         for partition in partitions:
@@ -105,6 +106,10 @@ class States:
         """What the scrapes need of the pipelines held here (watermark, caps, exemplars)."""
         return local_of([s.pipeline for _, s in sorted(self.held.items())]
                         or [Pipeline(self.settings, self.slicer, self.admit_missing)])
+
+    def _applied(self, group: Group) -> int:
+        applied = self.held[group.partition].offsets.get(group.topic, -1)
+        return sum(1 for offset in group.offsets if offset <= applied)
 
     def _fold_group(self, kind: str, group: Group) -> Folded | None:
         state = self.held[group.partition]
@@ -128,8 +133,8 @@ class States:
         state.segments, gone = checkpoint.expired(
             state.segments, state.pipeline.windows.watermark,
             self.settings.trace_retention_seconds, self.settings.trace_retention_max)
-        return Folded(group.partition, len(group.offsets) - len(fresh), dead, segment, upto,
-                      blob, [s.upto for s in gone], dict(state.offsets))
+        return Folded(group.partition, dead, segment, upto, blob, [s.upto for s in gone],
+                      dict(state.offsets))
 
 
 def _fold(pipeline: Pipeline, raws: list[bytes], kind: str) -> list[tuple[int, Rejection]]:

@@ -29,18 +29,18 @@ def test_a_restored_partition_skips_what_it_applied_and_folds_the_rest_once():
 
     first = States(settings)
     assert first.restore(0, None, []) == ({}, 0)
-    [folded], missing = first.fold("decisions", [_group(messages, 0, 1700)])
-    assert missing == []
-    assert (folded.skipped, folded.upto, folded.offsets) == (0, 1699, {TOPIC: 1699})
+    [folded], missing, skipped = first.fold("decisions", [_group(messages, 0, 1700)])
+    assert (missing, skipped) == ([], 0)
+    assert (folded.upto, folded.offsets) == (1699, {TOPIC: 1699})
     assert folded.segment is not None and folded.expired == []
 
     # The next owner restores from what was written, and Kafka redelivers from 1500.
     second = States(settings)
     offsets, seen = second.restore(0, folded.state, [folded.segment])
     assert offsets == {TOPIC: 1699} and seen > 0
-    [again], _ = second.fold("decisions", [_group(messages, 1500, 3000)])
-    assert again.skipped == 200 and again.offsets == {TOPIC: 2999}
-    assert second.fold("decisions", [_group(messages, 2000, 3000)]) == ([], [])  # applied
+    [again], _, skipped = second.fold("decisions", [_group(messages, 1500, 3000)])
+    assert skipped == 200 and again.offsets == {TOPIC: 2999}
+    assert second.fold("decisions", [_group(messages, 2000, 3000)]) == ([], [], 1000)
     assert_same(build(second.held[0].pipeline), build(whole))
 
 
@@ -50,7 +50,7 @@ def test_rejections_come_back_with_their_index_in_the_group():
     states.restore(0, None, [])
     good = list(Simulator(seed=4).traces(2))
     group = Group(0, TOPIC, [10, 11, 12], [good[0], b"{not json", good[1]])
-    [folded], _ = states.fold("decisions", [group])
+    [folded], _, _ = states.fold("decisions", [group])
     assert [(i, r.reason) for i, r in folded.dead] == [(1, "not_json")]
     assert states.local().watermark > 0
 
@@ -71,7 +71,7 @@ def test_the_child_serves_requests_and_exits_when_the_worker_goes():
 
     try:
         assert call("restore", 3, None, []) == (True, ({}, 0))
-        ok, ([folded], missing) = call("fold", "decisions", [Group(3, TOPIC, [0], [b"[]"]),
+        ok, ([folded], missing, _) = call("fold", "decisions", [Group(3, TOPIC, [0], [b"[]"]),
                                                              Group(4, TOPIC, [0], [b"[]"])])
         assert ok and [r.reason for _, r in folded.dead] == ["not_object"]
         assert missing == [4]  # not held here: the worker restores it and asks again
