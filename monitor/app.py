@@ -4,8 +4,9 @@ Topics carry raw bytes (typed Faust records crash agents on undecodable input an
 NaN through); validation is ours. Each agent gathers batches of events (`_Batches`),
 groups them by partition and folds each group into that partition's pipeline, dead-letters
 what was rejected (reason and source topic/partition/offset in headers) and never lets
-an exception escape: a failed batch is logged, counted and dead-lettered whole with
-reason `worker_error`.
+an exception escape: a batch whose fold fails is logged, counted and dead-lettered
+whole with reason `worker_error`; any other failure of a batch restarts the worker in
+place (its checkpoints make that exact).
 
 Exact counts under at-least-once delivery: each partition's pipeline is checkpointed to
 the state topic with the last offset applied per source topic after every batch, and
@@ -371,23 +372,26 @@ class _Batches:
     async def flush(self) -> None:
         async with self._lock:
             events, self.pending = self.pending, []
-            if events:
+            if not events:
+                return
+            try:
                 await self.worker.fold(events, self.kind)
-                for event in events:
-                    await self.stream.ack(event)
+            except Exception:
+                # Later batches must not fold past this one (their offsets would make a
+                # restore skip it): start again from the checkpoints, as after kill -9.
+                log.exception("folding a batch of %d %s failed: restarting in place",
+                              len(events), self.kind)
+                stall.restart_in_place()
+            for event in events:
+                await self.stream.ack(event)
 
     async def flush_when_idle(self) -> None:
-        """Fold what waited `batch_seconds` while no batch filled. A failed fold leaves its
-        events unacknowledged: the stall watchdog restarts the worker, they come again."""
+        """Fold what waited `batch_seconds` while no batch filled."""
         seconds = self.worker.settings.batch_seconds
         while True:
             await asyncio.sleep(seconds / 4)
             if self.pending and time.monotonic() - self.since >= seconds:
-                try:
-                    await self.flush()
-                except Exception:
-                    log.exception("folding a batch of %s failed", self.kind)
-                    self.worker.health["errors"] += 1
+                await self.flush()
 
 
 def run(settings: Settings, loglevel: str = "info") -> None:
