@@ -80,9 +80,8 @@ class Partitions:
             self.offsets[found.partition] = found.offsets
         return folded
 
-    async def refresh_local(self) -> Local:
+    async def refresh_local(self) -> None:
         self.local = await self._child.call("local")
-        return self.local
 
     async def checkpoint(self, folded: list[Folded]) -> None:
         """For each partition a batch touched: its first sightings (so that a restart keeps

@@ -93,10 +93,16 @@ class States:
         """Fold each group into its partition; the partitions not held (forgotten after a
         revoke since the batch began: restore and fold again); offsets skipped as
         already applied (redelivered)."""
-        held = [g for g in groups if g.partition in self.held]
-        missing = [g.partition for g in groups if g.partition not in self.held]
-        skipped = sum(self._applied(g) for g in held)
-        return [found for g in held if (found := self._fold_group(kind, g))], missing, skipped
+        folded, missing, skipped = [], [], 0
+        for group in groups:
+            if group.partition not in self.held:
+                missing.append(group.partition)
+                continue
+            found, applied = self._fold_group(kind, group)
+            skipped += applied
+            if found is not None:
+                folded.append(found)
+        return folded, missing, skipped
 
     def forget(self, partitions: list[int]) -> None:
         for partition in partitions:
@@ -107,16 +113,15 @@ class States:
         return local_of([s.pipeline for _, s in sorted(self.held.items())]
                         or [Pipeline(self.settings, self.slicer, self.admit_missing)])
 
-    def _applied(self, group: Group) -> int:
-        applied = self.held[group.partition].offsets.get(group.topic, -1)
-        return sum(1 for offset in group.offsets if offset <= applied)
-
-    def _fold_group(self, kind: str, group: Group) -> Folded | None:
+    def _fold_group(self, kind: str, group: Group) -> tuple[Folded | None, int]:
+        """What folding the group left to write (`None`: all applied), and how many of its
+        offsets were already applied."""
         state = self.held[group.partition]
         applied = state.offsets.get(group.topic, -1)
         fresh = [i for i, offset in enumerate(group.offsets) if offset > applied]
+        skipped = len(group.offsets) - len(fresh)
         if not fresh:
-            return None
+            return None, skipped
         raws = [group.raws[i] for i in fresh]
         dead = [(fresh[i], rejection) for i, rejection in _fold(state.pipeline, raws, kind)]
         state.offsets[group.topic] = max(group.offsets[i] for i in fresh)
@@ -134,7 +139,7 @@ class States:
             state.segments, state.pipeline.windows.watermark,
             self.settings.trace_retention_seconds, self.settings.trace_retention_max)
         return Folded(group.partition, dead, segment, upto, blob, [s.upto for s in gone],
-                      dict(state.offsets))
+                      dict(state.offsets)), skipped
 
 
 def _fold(pipeline: Pipeline, raws: list[bytes], kind: str) -> list[tuple[int, Rejection]]:
