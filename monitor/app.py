@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 import faust
 
-from monitor import stall, telemetry, topics
+from monitor import memory, stall, telemetry, topics
 from monitor.backtest import to_record
 from monitor.drift import Drift, DriftConfig, DriftView
 from monitor.export import Collector, serve
@@ -307,6 +307,10 @@ def build(settings: Settings, *, broker_session_timeout: float = 4.0,
             await worker.check_stall()
         except Exception:  # the broker may be away; the next look retries
             log.exception("stall check failed")
+
+    @app.timer(interval=memory.TRIM_SECONDS)  # type: ignore[untyped-decorator]
+    async def trim_memory() -> None:
+        memory.trim()
 
     @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
     async def references() -> None:

@@ -17,11 +17,12 @@ import gc
 import pickle
 import socket
 import struct
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from monitor import checkpoint
+from monitor import checkpoint, memory
 from monitor.ingest import Rejection
 from monitor.pipeline import Pipeline
 from monitor.settings import Settings
@@ -165,6 +166,8 @@ def serve(sock: socket.socket, settings: Settings) -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(100_000, 50, 100)
+    memory.settle()
+    trimmed = time.monotonic()
     states = States(settings)
     verbs: dict[str, Callable[..., Any]] = {
         "restore": states.restore, "fold": states.fold, "forget": states.forget,
@@ -181,6 +184,9 @@ def serve(sock: socket.socket, settings: Settings) -> None:
                     sock.sendall(part)
             except OSError:
                 return
+            if time.monotonic() - trimmed >= memory.TRIM_SECONDS:  # after the reply: off its path
+                memory.trim()
+                trimmed = time.monotonic()
 
 
 def frame(value: Any) -> list[bytes]:

@@ -9,7 +9,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "monitor"
 # Left to right: a module may import only modules to its left. cli wires; nothing imports it.
 ORDER = [
-    "contract", "parts", "settings", "ingest", "slices", "layout", "encode", "aggregate", "fold",
+    "memory", "contract", "parts", "settings", "ingest", "slices", "layout", "encode", "aggregate",
+    "fold",
     "windows", "dedupe", "labels", "derive", "detectors", "thresholds", "reference", "streams",
     "drift", "pipeline", "watch", "backtest", "frame", "compare", "gate", "summary", "checkpoint",
     "merge", "snapshot", "states", "status", "export", "simulate",
