@@ -154,6 +154,18 @@ ALERTS: list[dict[str, Any]] = [
         },
     },
     {
+        "alert": "RagmonStateNearLimit",
+        "expr": "max by (instance) (ragmon_state_record_bytes / ragmon_state_max_bytes) > 0.8",
+        "for": "10m",
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "ragmon's checkpoints near their size limit",
+            "description": "{{ $labels.instance }} writes state records at {{ $value }} of "
+                           "state_max_bytes: over it the worker exits. Raise the setting and "
+                           "the state topics' max.message.bytes.",
+        },
+    },
+    {
         "alert": "RagmonWatchdog",
         "expr": "vector(1)",
         "labels": {"severity": "info"},
@@ -220,6 +232,11 @@ CASES: list[tuple[Any, ...]] = [
      [({"instance": "w1"}, 5)]),
     ("RagmonSeriesBudgetReached", [(f"ragmon_series_dropped{{{_W}}}", "0 0 5x20")], "10m",
      []),
+    ("RagmonStateNearLimit", [(f"ragmon_state_record_bytes{{{_W}}}", "0 0 900x20"),
+                              (f"ragmon_state_max_bytes{{{_W}}}", "1000x22")], "15m",
+     [({"instance": "w1"}, 0.9)]),
+    ("RagmonStateNearLimit", [(f"ragmon_state_record_bytes{{{_W}}}", "0 0 900x20"),
+                              (f"ragmon_state_max_bytes{{{_W}}}", "1000x22")], "8m", []),
     ("RagmonWatchdog", [], "1m", [({}, 1)]),
 ]
 

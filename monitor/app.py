@@ -63,7 +63,8 @@ class Worker:
         self.collector = Collector(settings.series_budget)
         self.health: dict[str, float] = {"dlq_produced": 0, "batch_seconds": 0.0, "batches": 0,
                                          "errors": 0, "replayed_skipped": 0, "checkpoints": 0,
-                                         "state_lost": 0}
+                                         "state_lost": 0, "state_record_bytes": 0,
+                                         "state_max_bytes": settings.state_max_bytes}
         self.dlq = app.topic(settings.topic_dlq, value_serializer="raw", key_serializer="raw")
         self.partitions = Partitions(
             settings, app.topic(settings.topic_state, value_serializer="raw", key_serializer="raw"),
@@ -287,6 +288,7 @@ def build(settings: Settings, *, broker_session_timeout: float = 4.0,
         broker_heartbeat_interval=broker_heartbeat_interval,
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
+        producer_max_request_size=settings.state_max_bytes,
     )
     worker = Worker(settings, app)
     for kind, name in (("decisions", settings.topic_decisions), ("labels", settings.topic_labels),

@@ -65,7 +65,8 @@ def ensure_topics(settings: Settings) -> None:
         existing = set(admin.list_topics())
         wanted = [settings.topic_decisions, settings.topic_labels, settings.topic_feedback,
                   settings.topic_dlq, settings.topic_state, settings.topic_seen]
-        compact = {"cleanup.policy": "compact"}
+        compact = {"cleanup.policy": "compact",
+                   "max.message.bytes": str(settings.state_max_bytes)}
         compacted = {settings.topic_state, settings.topic_seen}
         new = [NewTopic(name, settings.partitions, 1,
                         topic_configs=compact if name in compacted else {})
@@ -119,7 +120,8 @@ def produce(settings: Settings, topic: str, lines: Iterable[bytes]) -> int:
 
 def publish(settings: Settings, topic: str, key: bytes, value: bytes) -> None:
     """Send one record to partition 0 of `topic` and wait until it is stored."""
-    producer = KafkaProducer(**connection(settings), acks="all")
+    producer = KafkaProducer(**connection(settings), acks="all",
+                             max_request_size=settings.state_max_bytes)
     try:
         producer.send(topic, key=key, value=value, partition=0).get(timeout=30)
     finally:
@@ -130,7 +132,8 @@ def read_latest(settings: Settings, topic: str, idle_ms: int = 1500) -> dict[byt
     """The newest value per key of partition 0 of `topic` (a compacted table's content).
     Without a consumer group: kafka-python's groups do not work on the embedded broker."""
     consumer = KafkaConsumer(**connection(settings), group_id=None, enable_auto_commit=False,
-                             auto_offset_reset="earliest", consumer_timeout_ms=idle_ms)
+                             auto_offset_reset="earliest", consumer_timeout_ms=idle_ms,
+                             max_partition_fetch_bytes=settings.state_max_bytes)
     try:
         tp = TopicPartition(topic, 0)
         consumer.assign([tp])

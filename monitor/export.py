@@ -59,6 +59,7 @@ METRICS: Final = (
     "ragmon_reference_signal_bucket_ratio", "ragmon_label_rate", "ragmon_label_rate_traces",
     "ragmon_label_events_waiting", "ragmon_state_lost_total",
     "ragmon_detection_windows_skipped_total", "ragmon_releases_owned",
+    "ragmon_state_record_bytes", "ragmon_state_max_bytes",
 )
 
 

@@ -9,9 +9,11 @@ calibration array) is freed, blocks of that size come from the heap from then on
 where they leave holes that small objects then pin.
 
 `settle` keeps one arena and fixes the mmap threshold (fixing it turns the moving
-threshold off), so large short-lived blocks go back to the system when freed; `trim`
-returns free pages inside the heap (`malloc_trim`, a few milliseconds). Both do nothing
-on a libc without them (musl, macOS).
+threshold off), so large short-lived blocks go back to the system when freed, and sets
+a high trim threshold (a fixed mmap threshold would otherwise leave glibc's 128 KiB
+one, which shrinks and regrows the heap on every batch); `trim` returns free pages
+inside the heap (`malloc_trim`, a few milliseconds) every `TRIM_SECONDS` instead. Both
+do nothing on a libc without them (musl, macOS).
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from typing import Final
 
 __all__ = ["TRIM_SECONDS", "available", "settle", "trim"]
 
+_M_TRIM_THRESHOLD: Final = -1
 _M_MMAP_THRESHOLD: Final = -3
 _M_ARENA_MAX: Final = -8
 ARENAS: Final = 1  # one heap to trim; the GIL already serialises most allocations
 MMAP_THRESHOLD: Final = 256 * 1024
+TRIM_THRESHOLD: Final = 64 * 1024 * 1024
 TRIM_SECONDS: Final = 30.0  # how often a worker process trims (each trim: milliseconds)
 
 
@@ -51,7 +55,8 @@ def settle() -> bool:
     if _LIBC is None:
         return False
     return bool(_LIBC.mallopt(_M_ARENA_MAX, ARENAS)
-                and _LIBC.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+                and _LIBC.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+                and _LIBC.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
 
 def trim() -> None:

@@ -89,7 +89,9 @@ class Partitions:
         checkpoint, then tombstones for segments past the horizon. The partitions'
         records are sent at once, segments delivered before any checkpoint is sent (a
         checkpoint is never ahead of its segment), and all delivered before the batch is
-        acknowledged (and so committed)."""
+        acknowledged (and so committed). A record over `state_max_bytes` would fail the
+        same way on every retry: the worker says so and exits instead of stalling."""
+        self._fits(folded)
         deliveries: list[Awaitable[Any]] = [
             await self.seen_topic.send(key=self.seen_key(f.partition, f.upto), value=f.segment,
                                        partition=f.partition)
@@ -105,6 +107,17 @@ class Partitions:
             for upto in f.expired:  # compaction then drops them
                 await self.seen_topic.send(key=self.seen_key(f.partition, upto), value=None,
                                            partition=f.partition)
+
+    def _fits(self, folded: list[Folded]) -> None:
+        size, partition = max((max(len(f.state), len(f.segment or b"")), f.partition)
+                              for f in folded)
+        self.health["state_record_bytes"] = size
+        if size > self.settings.state_max_bytes:
+            log.critical("partition %d: a state record of %d bytes is over state_max_bytes "
+                         "(%d): raise RAGMON_STATE_MAX_BYTES and the max.message.bytes of "
+                         "%s and %s; exiting", partition, size, self.settings.state_max_bytes,
+                         self.settings.topic_state, self.settings.topic_seen)
+            os._exit(71)
 
     async def recover(self, partition: int) -> dict[str, int]:
         """The partition's applied offsets: held here, or restored from its checkpoint and

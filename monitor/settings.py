@@ -89,6 +89,13 @@ class Settings(BaseSettings):
     topic_state: str = "ragmon.state"
     # Compacted: each batch's first sightings (the de-duplication horizon, checkpointed).
     topic_seen: str = "ragmon.seen"
+    # Largest record the worker writes to its own topics (a partition's checkpoint, a
+    # de-duplication segment, a reference profile): ragmon creates those topics with
+    # this `max.message.bytes` and its producer allows it. A 6-dimension checkpoint
+    # measured ~0.7 MB in steady traffic, plus every label still waiting for its trace:
+    # Kafka's 1 MB default stalled a worker that fell minutes behind.
+    state_max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024 * 1024,
+                                 le=512 * 1024 * 1024)
     partitions: int = Field(default=4, ge=1, le=1024)
     app_id: str = Field(default="ragmon", pattern=r"^[A-Za-z0-9._-]{1,64}$")
     # A batch is folded, then its seen segments and checkpoints are delivered (two broker

@@ -95,6 +95,11 @@ def health(snap: Snapshot, budget: int) -> list[Any]:
                  [((), h.get("replayed_skipped", 0))]),
         _counter("ragmon_checkpoints", "Partition checkpoints written.", [],
                  [((), h.get("checkpoints", 0))]),
+        gauge("ragmon_state_record_bytes", "Largest checkpoint or de-duplication segment "
+              "of the last batch written (the worker exits when one is over "
+              "ragmon_state_max_bytes).", [], [((), h.get("state_record_bytes", 0))]),
+        gauge("ragmon_state_max_bytes", "The configured ceiling of a state record "
+              "(state_max_bytes).", [], [((), h.get("state_max_bytes", 0))]),
         _counter("ragmon_state_lost", "Partitions whose checkpoint was gone or behind the "
                  "offsets this worker had applied (the broker lost its log, e.g. an in-memory "
                  "broker restarted): their counts start again.", [],

@@ -303,3 +303,31 @@ def test_broker_restart_with_an_empty_log_is_detected_and_new_traces_count(broke
         assert got[("ragmon_state_lost_total", ())] >= 1
     finally:
         stop(process)
+
+
+def test_checkpoints_over_one_mebibyte_are_written_and_restored(broker, tmp_path):
+    """Labels waiting for their traces live in the checkpoint: 30,000 of them make each
+    partition's checkpoint ~1.5 MB, over Kafka's 1 MB default record size. The worker
+    writes them (its topics and producer allow `state_max_bytes`) and a restart after
+    kill -9 restores every waiting label."""
+    settings = load(bootstrap_servers=broker.bootstrap)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    labels = [json.dumps({"schema": "rag-label/1", "trace_id": f"waiting-{'x' * 80}-{i:06d}",
+                          "ts": now, "source": "judge", "answerable": True}).encode()
+              for i in range(30_000)]
+    waiting = ("ragmon_label_events_waiting", (("kind", "labels"),))
+    big = {"RAGMON_BATCH_SIZE": "4000"}
+    first, port = start_worker(broker, tmp_path, "first", env=big)
+    produce(settings, settings.topic_labels, labels)
+    got = wait_for(lambda: (m := scrape(port)).get(waiting) == len(labels) and m,
+                   timeout=120, what="every label waiting")
+    assert got[("ragmon_state_record_bytes", ())] > 1024 * 1024
+    first.kill()
+    first.wait()
+    second, port = start_worker(broker, tmp_path, "second", env=big)
+    try:
+        got = wait_for(lambda: (m := scrape(port)).get(waiting) == len(labels) and m,
+                       timeout=90, what="waiting labels restored after kill -9")
+        assert outcome(got, "read") == 0
+    finally:
+        stop(second)
