@@ -228,6 +228,10 @@ def health() -> dict[str, Any]:
         _panel("Redeliveries skipped and checkpoints", [
             (f"sum(rate(ragmon_redelivered_skipped_total{RATE}))", "redelivered skipped"),
             (f"sum(rate(ragmon_checkpoints_total{RATE}))", "checkpoints")]),
+        _panel("Largest state record vs its limit", [
+            ("max by (instance) (ragmon_state_record_bytes)", "largest {{instance}}"),
+            ("max by (instance) (ragmon_state_max_bytes)", "limit {{instance}}")],
+            unit="bytes"),
     ], cells=False)
 
 
