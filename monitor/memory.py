@@ -51,7 +51,7 @@ def available() -> bool:
 
 
 def settle() -> bool:
-    """Cap malloc arenas and fix the mmap threshold; call before threads start."""
+    """One malloc arena, fixed mmap and trim thresholds; call before threads start."""
     if _LIBC is None:
         return False
     return bool(_LIBC.mallopt(_M_ARENA_MAX, ARENAS)

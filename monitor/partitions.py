@@ -109,6 +109,8 @@ class Partitions:
                                            partition=f.partition)
 
     def _fits(self, folded: list[Folded]) -> None:
+        if not folded:
+            return
         size, partition = max((max(len(f.state), len(f.segment or b"")), f.partition)
                               for f in folded)
         self.health["state_record_bytes"] = size
