@@ -11,7 +11,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, Any
 
-from monitor import analyze, memory, render
+from monitor import analyze, render
 from monitor.files import (
     BATCH,
     InputError,
@@ -181,7 +181,6 @@ def _worker(args: argparse.Namespace) -> int:
     settings = load(args.config, **_kafka_overrides(args))
     ensure_topics(settings)
     tune_gc()
-    memory.settle()
     app.run(settings, args.loglevel)
     return 0
 

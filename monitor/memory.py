@@ -8,12 +8,13 @@ core), and the mmap threshold moves: once a large block (a batch's frame, a
 calibration array) is freed, blocks of that size come from the heap from then on,
 where they leave holes that small objects then pin.
 
-`settle` keeps one arena and fixes the mmap threshold (fixing it turns the moving
-threshold off), so large short-lived blocks go back to the system when freed, and sets
-a high trim threshold (a fixed mmap threshold would otherwise leave glibc's 128 KiB
-one, which shrinks and regrows the heap on every batch); `trim` returns free pages
-inside the heap (`malloc_trim`, a few milliseconds) every `TRIM_SECONDS` instead. Both
-do nothing on a libc without them (musl, macOS).
+`trim` returns the free pages inside the heap to the system (`malloc_trim(0)`, a few
+milliseconds), every `TRIM_SECONDS` in both worker processes (in the soak, run with
+`settle` too, the threshold calibration's ~200 MiB peak was back within a minute).
+`settle` (one arena, fixed mmap and trim thresholds) is kept for experiments but not
+called: with it the worker measured 0.76x bare Faust (6 dimensions) where it had
+measured 0.93-1.02x, and fell behind in both soaks run with it (benchmarks/RESULTS.md).
+Both do nothing on a libc without them (musl, macOS).
 """
 
 from __future__ import annotations

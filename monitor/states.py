@@ -166,7 +166,6 @@ def serve(sock: socket.socket, settings: Settings) -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(100_000, 50, 100)
-    memory.settle()
     trimmed = time.monotonic()
     states = States(settings)
     verbs: dict[str, Callable[..., Any]] = {

@@ -18,7 +18,6 @@ def rss_mib():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
 
-memory.settle()
 blocks = [bytes(2000) for _ in range(50_000)]   # ~100 MiB of malloc'd blocks
 kept = blocks[::10]                               # every tenth pins its part of the heap
 del blocks
