@@ -1,12 +1,12 @@
 """Faust wiring only: topics, agents, timers, the metrics endpoint. The fold is `Pipeline`.
 
 Topics carry raw bytes (typed Faust records crash agents on undecodable input and let
-NaN through); validation is ours. Each agent gathers batches of events (`_Batches`),
-groups them by partition and folds each group into that partition's pipeline, dead-letters
-what was rejected (reason and source topic/partition/offset in headers) and never lets
-an exception escape: a batch whose fold fails is logged, counted and dead-lettered
-whole with reason `worker_error`; any other failure of a batch restarts the worker in
-place (its checkpoints make that exact).
+NaN through); validation is ours. Each agent gathers batches of events
+(monitor/batches.py), groups them by partition and folds each group into that
+partition's pipeline, dead-letters what was rejected (reason and source
+topic/partition/offset in headers) and never lets an exception escape: a batch whose
+fold fails is logged, counted and dead-lettered whole with reason `worker_error`; any
+other failure of a batch restarts the worker in place (its checkpoints make that exact).
 
 Exact counts under at-least-once delivery: each partition's pipeline is checkpointed to
 the state topic with the last offset applied per source topic after every batch, and
@@ -38,6 +38,7 @@ import faust
 
 from monitor import memory, stall, telemetry, topics
 from monitor.backtest import to_record
+from monitor.batches import Batches
 from monitor.drift import Drift, DriftConfig, DriftView
 from monitor.export import Collector, serve
 from monitor.ingest import Rejection
@@ -190,8 +191,8 @@ class Worker:
             log.warning("ragmon alarm %s", json.dumps(to_record(item)))
         for release, reference in self.drift.references.items():
             if frozen_before.get(release) is not reference:
-                log.info("reference for release %s frozen (%d traces)", release,
-                         reference.traces)
+                log.info("reference for release %s %s (%d traces)", release,
+                         "grew" if reference.growths else "frozen", reference.traces)
                 await self._retrying(partial(self._publish_reference, release,
                                              reference.to_bytes()),
                                      f"reference {release}: publish")
@@ -340,7 +341,7 @@ def _agent(worker: Worker, kind: str, topic: Any) -> None:
     settings = worker.settings
 
     async def consume(stream: Any) -> None:
-        batches = _Batches(worker, kind, stream.noack())
+        batches = Batches(worker, kind, stream.noack())
         idle = asyncio.get_running_loop().create_task(batches.flush_when_idle())
         try:
             async for event in batches.stream.events():
@@ -351,53 +352,6 @@ def _agent(worker: Worker, kind: str, topic: Any) -> None:
 
     consume.__name__ = f"fold_{kind}"
     worker.app.agent(topic, name=f"ragmon.fold_{kind}")(consume)
-
-
-class _Batches:
-    """Events of one agent gathered into batches of `batch_size`, or what arrived within
-    `batch_seconds`, folded, then acknowledged (and so committed) one batch at a time.
-
-    Faust's own `take_events` does this with a coroutine per event that measured ~10% of
-    a bare agent's rate on this machine (`benchmarks/RESULTS.md`); here the agent iterates
-    a stream without automatic acks, as a bare agent does, and acks after the fold."""
-
-    def __init__(self, worker: Worker, kind: str, stream: Any) -> None:
-        self.worker = worker
-        self.kind = kind
-        self.stream = stream
-        self.pending: list[Any] = []
-        self.since = 0.0  # monotonic time the oldest pending event arrived
-        self._lock = asyncio.Lock()  # batches fold in the order they were taken
-
-    def add(self, event: Any) -> int:
-        if not self.pending:
-            self.since = time.monotonic()
-        self.pending.append(event)
-        return len(self.pending)
-
-    async def flush(self) -> None:
-        async with self._lock:
-            events, self.pending = self.pending, []
-            if not events:
-                return
-            try:
-                await self.worker.fold(events, self.kind)
-            except Exception:
-                # Later batches must not fold past this one (their offsets would make a
-                # restore skip it): start again from the checkpoints, as after kill -9.
-                log.exception("folding a batch of %d %s failed: restarting in place",
-                              len(events), self.kind)
-                stall.restart_in_place()
-            for event in events:
-                await self.stream.ack(event)
-
-    async def flush_when_idle(self) -> None:
-        """Fold what waited `batch_seconds` while no batch filled."""
-        seconds = self.worker.settings.batch_seconds
-        while True:
-            await asyncio.sleep(seconds / 4)
-            if self.pending and time.monotonic() - self.since >= seconds:
-                await self.flush()
 
 
 def run(settings: Settings, loglevel: str = "info") -> None:

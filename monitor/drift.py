@@ -9,7 +9,9 @@ For every release, `Drift.observe` takes each closed window's merged table and:
    a stale reference is not news, the stale reference is);
 3. otherwise updates one GLR detector (`detectors`) per stream of every cell the
    reference holds enough traffic for, with a threshold from the family's false-alarm
-   budget (`thresholds`), and returns the alarms.
+   budget (`thresholds`), and returns the alarms; then offers the window to the
+   reference's growth (`growth`: alarm-free traffic joins it a block later, up to
+   `reference_max_traces`), which sharpens the null estimates the detectors use.
 
 Streams of a cell (signal, direction): each continuous signal's location (up, down)
 and spread (`<signal>_spread` up, down); `critical_claim_unsupported_rate` up;
@@ -24,12 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from monitor import detectors as det
 from monitor.aggregate import TOTAL, Cell, CellKey, Table
+from monitor.growth import Growth
 from monitor.layout import Layout
 from monitor.reference import Accumulator, Components, Reference
 from monitor.settings import Settings
@@ -93,6 +97,7 @@ class DriftView(NamedTuple):
 class DriftConfig:
     window_seconds: float = 60.0
     reference_traces: int = 2_000
+    reference_max_traces: int = 20_000  # growth after the freeze stops here (monitor/growth.py)
     min_reference_traces: int = 200   # per stream denominator, else insufficient data
     false_alarm_days: float = 30.0
     false_alarm_days_by_family: dict[str, float] = field(default_factory=dict)
@@ -104,6 +109,7 @@ class DriftConfig:
         values: dict[str, Any] = {
             "window_seconds": float(settings.window_seconds),
             "reference_traces": settings.reference_traces,
+            "reference_max_traces": settings.reference_max_traces,
             "min_reference_traces": settings.min_reference_traces,
             "false_alarm_days": settings.false_alarm_days,
             "false_alarm_days_by_family": dict(settings.false_alarm_days_by_family),
@@ -134,6 +140,7 @@ class Drift:
         self.alarm_counts: dict[StreamKey, int] = {}
         self.exemplars: dict[StreamKey, str] = {}  # trace_id of the latest alarm's window
         self.windows_seen: dict[str, int] = {}
+        self.growth: dict[str, Growth[Accumulator]] = {}
 
     # --- references ------------------------------------------------------------------
 
@@ -146,6 +153,18 @@ class Drift:
         self.references[release] = reference
         self.pending.pop(release, None)
         self._drop_streams(release)
+        self._build_streams(reference)
+        self.growth[release] = Growth(reference.traces, self.config.reference_traces,
+                                      self.config.reference_max_traces,
+                                      partial(Accumulator, release, self.layout))
+        self.calibrated = False
+        if self.calibrate_inline:
+            self.calibrate()
+
+    def _build_streams(self, reference: Reference) -> None:
+        """A detector per stream the reference holds enough traffic for. Streams that
+        exist keep their history and threshold (a grown reference: the old threshold,
+        set for a smaller reference, is the more cautious one until `calibrate`)."""
         cells = {(k[1], k[2]) for k in reference.table.keys}
         for spec in self.specs:
             for dimension, value in cells:
@@ -154,12 +173,14 @@ class Drift:
                 if built is None or built[1] < self.config.min_reference_traces:
                     continue
                 family, n_ref = built
-                key = StreamKey(release, dimension, value, spec.signal, spec.direction)
-                self.detectors[key] = det.Detector(family, np.inf)
+                key = StreamKey(reference.release, dimension, value, spec.signal,
+                                spec.direction)
+                detector = self.detectors.get(key)
+                if detector is not None and detector.family.width == family.width:
+                    detector.family = family
+                else:
+                    self.detectors[key] = det.Detector(family, np.inf)
                 self.window_n[key] = n_ref / reference.windows
-        self.calibrated = False
-        if self.calibrate_inline:
-            self.calibrate()
 
     def refreeze(self, release: str) -> None:
         """Drop the release's reference; the next `reference_traces` traces freeze a new one
@@ -170,6 +191,7 @@ class Drift:
 
     def _drop_streams(self, release: str) -> None:
         self.stale.pop(release, None)
+        self.growth.pop(release, None)
         for key in [k for k in self.detectors if k.release == release]:
             del self.detectors[key]
             self.verdicts.pop(key, None)
@@ -214,10 +236,32 @@ class Drift:
             changes = reference.changed_components(seen)
             if changes:
                 self.stale[release] = changes
+                self.growth.pop(release, None)  # a stale reference does not grow
                 self._mark(release, window_start, "recalibration_required")
                 continue
-            alarms.extend(self._detect(release, window_start, cells, reference))
+            raised = self._detect(release, window_start, cells, reference)
+            self._grow(release, window_start, table, seen, raised)
+            alarms.extend(raised)
         return alarms
+
+    def _grow(self, release: str, window_start: int, table: Table, seen: set[Components],
+              raised: list[Alarm]) -> None:
+        """Offer the window to the release's reference growth; fold in a block that may."""
+        growth = self.growth.get(release)
+        if growth is None or growth.is_done:
+            return
+        before = growth.block.traces
+        growth.block.add(window_start, table, seen)
+        alarmed = (any(a.key.signal != "gate_leak" for a in raised)
+                   or any(k.release == release and k.signal != "gate_leak"
+                          and self._is_latched(k, window_start) for k in self.last_alarm))
+        block = growth.observe(growth.block.traces - before, alarmed)
+        if block is not None:
+            grown = self.references[release] = self.references[release].grow(block)
+            self._build_streams(grown)
+            self.calibrated = False
+            if self.calibrate_inline:
+                self.calibrate()
 
     def _accumulate(self, release: str, window_start: int, table: Table,
                     seen: set[Components], now: float) -> None:

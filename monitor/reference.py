@@ -4,7 +4,8 @@ A profile is the merged table of a release's closed windows over its reference p
 (release total and every slice cell), with the version components seen then. Drift is
 measured against it; a component it has not seen makes it stale ("recalibration
 required"). Profiles are values: frozen once, stored as bytes (a compacted topic, a
-file) and loaded back.
+file) and loaded back; `grow` makes a larger one from later alarm-free traffic
+(monitor/growth.py says when).
 
     >>> acc = Accumulator("r1"); acc.add(window_start, table, {(None,) * 6})
     >>> profile = acc.freeze(frozen_at=time.time())
@@ -45,6 +46,7 @@ class Reference:
     windows: int           # closed windows folded (traffic per window = traces / windows)
     components: frozenset[Components]
     table: Table = field(repr=False)
+    growths: int = 0       # blocks of later alarm-free traffic folded in (monitor/growth.py)
 
     @property
     def traces(self) -> int:
@@ -64,13 +66,20 @@ class Reference:
                     changes.append(f"{name}: {'|'.join(before)} -> {new[i]}")
         return sorted(set(changes))
 
+    def grow(self, block: Accumulator) -> Reference:
+        """This profile with a block of later, alarm-free traffic of its release folded in."""
+        return Reference(self.release, self.frozen_at, self.first_window,
+                         max(self.last_window, block.last_window), self.windows + block.windows,
+                         self.components | block.components, self.table.merge(block.table),
+                         self.growths + 1)
+
     def to_bytes(self) -> bytes:
         state = {
             "version": _VERSION, "release": self.release, "frozen_at": self.frozen_at,
             "first_window": self.first_window, "last_window": self.last_window,
             "windows": self.windows, "components": [list(c) for c in sorted(self.components,
                                                                              key=str)],
-            "table": self.table.to_state(),
+            "table": self.table.to_state(), "growths": self.growths,
         }
         return zlib.compress(msgspec.msgpack.encode(state), 6)
 
@@ -80,6 +89,7 @@ class Reference:
             "release": self.release, "traces": self.traces, "windows": self.windows,
             "frozen_at": self.frozen_at, "first_window": self.first_window,
             "last_window": self.last_window, "cells": len(self.table),
+            "growths": self.growths,
             "components": [dict(zip(COMPONENT_NAMES, c, strict=True))
                            for c in sorted(self.components, key=str)],
         }
@@ -94,7 +104,8 @@ def from_bytes(layout: Layout, blob: bytes) -> Reference:
         raise ValueError("reference was frozen with another layout (signals/reasons differ)")
     return Reference(state["release"], state["frozen_at"], state["first_window"],
                      state["last_window"], state["windows"],
-                     frozenset(tuple(c) for c in state["components"]), table)
+                     frozenset(tuple(c) for c in state["components"]), table,
+                     int(state.get("growths", 0)))
 
 
 class Accumulator:

@@ -114,6 +114,9 @@ class Settings(BaseSettings):
     series_budget: int = Field(default=20_000, ge=100, le=1_000_000)
     # Drift detection: reference profiles and false-alarm budgets.
     reference_traces: int = Field(default=2_000, ge=100)
+    # After the freeze a reference keeps growing from alarm-free traffic up to this many
+    # traces (monitor/growth.py); set it to reference_traces to keep references frozen.
+    reference_max_traces: int = Field(default=20_000, ge=0)
     min_reference_traces: int = Field(default=200, ge=10)
     false_alarm_days: float = Field(default=30.0, gt=0)
     false_alarm_days_by_family: dict[str, float] = Field(default_factory=dict)

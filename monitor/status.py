@@ -168,7 +168,9 @@ def drift(view: DriftView, room: int, layout: Layout) -> tuple[list[Metric], int
     info = GaugeMetricFamily(
         "ragmon_reference_info", "The frozen reference of a release (value 1; its version "
         "components as labels).", labels=["release", *COMPONENT_NAMES])
-    traces = GaugeMetricFamily("ragmon_reference_traces", "Traces in a release's reference.",
+    traces = GaugeMetricFamily("ragmon_reference_traces",
+                               "Traces in a release's reference (it grows after the freeze "
+                               "with alarm-free traffic, up to reference_max_traces).",
                                labels=["release"])
     for release, described in sorted(view.references.items()):
         for components in described["components"][:1]:  # the first; all are in `list`
