@@ -202,11 +202,12 @@ class Drift:
         seconds for a new kind of stream: the worker runs this in a thread while the
         fold goes on (detectors wait with an infinite threshold: insufficient data)."""
         detectors = list(self.detectors.items())  # the fold may add streams meanwhile
+        families = [d.family for _, d in detectors]  # ... and grow references
         per_family: dict[str, int] = {}
         for key, _ in detectors:
             fam = self.spec_of[(key.signal, key.direction)].family
             per_family[fam] = per_family.get(fam, 0) + 1
-        for key, detector in detectors:
+        for (key, detector), family in zip(detectors, families, strict=True):
             n = max(self.window_n[key], 1e-9)
             if self.config.arl0_traces is not None:
                 budget = self.config.arl0_traces / n
@@ -215,8 +216,9 @@ class Drift:
                 days = self.config.false_alarm_days_by_family.get(
                     fam, self.config.false_alarm_days)
                 budget = arl0_windows(days, per_family[fam], self.config.window_seconds)
-            detector.threshold = threshold(detector.family, n, max(budget, 2.0))
-        self.calibrated = len(detectors) == len(self.detectors)
+            detector.threshold = threshold(family, n, max(budget, 2.0))
+        self.calibrated = len(detectors) == len(self.detectors) and all(
+            d.family is f for (_, d), f in zip(detectors, families, strict=True))
 
     # --- the fold --------------------------------------------------------------------
 
