@@ -163,8 +163,8 @@ class Drift:
 
     def _build_streams(self, reference: Reference) -> None:
         """A detector per stream the reference holds enough traffic for. Streams that
-        exist keep their history and threshold (a grown reference: the old threshold,
-        set for a smaller reference, is the more cautious one until `calibrate`)."""
+        exist (a grown reference) keep their history, and their threshold until
+        `calibrate` sets the one for the new reference size."""
         cells = {(k[1], k[2]) for k in reference.table.keys}
         for spec in self.specs:
             for dimension, value in cells:
