@@ -71,7 +71,7 @@ def main() -> None:
         started = time.monotonic()
         sent, next_sample, rows = 0, 0.0, []
         print(f"{'min':>5} {'sent':>9} {'read':>9} {'rejected':>8} {'rss MiB':>8} {'series':>7} "
-              f"{'refs':>5} {'children MiB':>12}", flush=True)
+              f"{'refs':>5} {'children MiB':>12} {'ref traces':>10}", flush=True)
         try:
             while (elapsed := time.monotonic() - started) < args.minutes * 60:
                 due = int(elapsed * args.rate) - sent
@@ -91,14 +91,17 @@ def main() -> None:
                     except OSError:
                         m = {}
                     frozen = sum(1 for name, _ in m if name == "ragmon_reference_info")
+                    ref_traces = sum(v for (name, _), v in m.items()
+                                     if name == "ragmon_reference_traces")
                     row = (elapsed / 60, sent,
                            m.get(("ragmon_input_messages_total", (("outcome", "read"),)), 0),
                            m.get(("ragmon_input_messages_total", (("outcome", "rejected"),)), 0),
                            rss_mib(worker.pid), m.get(("ragmon_series", ()), 0), frozen,
-                           children_mib(worker.pid))
+                           children_mib(worker.pid), ref_traces)
                     rows.append(row)
                     print(f"{row[0]:5.1f} {row[1]:9d} {row[2]:9.0f} {row[3]:8.0f} "
-                          f"{row[4]:8.1f} {row[5]:7.0f} {row[6]:5d} {row[7]:12.1f}", flush=True)
+                          f"{row[4]:8.1f} {row[5]:7.0f} {row[6]:5d} {row[7]:12.1f} "
+                          f"{row[8]:10.0f}", flush=True)
                 time.sleep(0.2)
         finally:
             sender.close()
@@ -113,6 +116,10 @@ def main() -> None:
         print("references never froze: no warm-up point keyed to them")
     else:
         growth("references frozen and calibrated", rows[frozen + 2:])
+        # References then grow (monitor/growth.py) and are recalibrated at each step:
+        # warm once their sizes stopped changing, from the sample after that on.
+        final = max((i for i, r in enumerate(rows) if r[8] != rows[-1][8]), default=-1) + 1
+        growth("references at their final size and calibrated", rows[final + 1:])
 
 
 def growth(rule: str, warm: list[tuple]) -> None:

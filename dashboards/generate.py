@@ -129,7 +129,7 @@ def drift() -> dict[str, Any]:
              f'(rate(ragmon_signal_count{{{TOTAL},signal=~"$signal"}}{RATE}))',
              "now {{release}} {{signal}} le={{le}}"),
             (f'ragmon_reference_signal_bucket_ratio{{{REL},signal=~"$signal"}}',
-             "reference {{release}} {{signal}} le={{le}}")], unit="percentunit"),
+             "reference {{release}} {{signal}} le={{bound}}")], unit="percentunit"),
         _panel("Distance to the reference (latest window)", [(
             f'ragmon_drift_distance{{{CELL},signal=~"$signal"}}',
             "{{signal}} {{measure}} {{dimension}}={{value}}")]),

@@ -186,8 +186,9 @@ def drift(view: DriftView, room: int, layout: Layout) -> tuple[list[Metric], int
         recalibration.add_metric([release], 1.0 if release in view.recalibration else 0.0)
     shares = GaugeMetricFamily(
         "ragmon_reference_signal_bucket_ratio", "Cumulative share of a release's reference "
-        "traces with the signal <= le (the reference's distribution, beside the live one).",
-        labels=["release", "signal", "le"])
+        "traces with the signal <= bound (the reference's distribution, beside the live "
+        "histogram's le buckets; not named le: only histograms may carry that label).",
+        labels=["release", "signal", "bound"])
     for release, cell in sorted(view.reference_totals.items()):
         for name, hist in layout.histograms.items():
             if name in ("latency_ms", "cost"):

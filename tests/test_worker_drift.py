@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import subprocess
+import urllib.request
 
 import pytest
 from test_worker import broker, scrape, start_worker, stop, wait_for  # noqa: F401 - fixture
@@ -42,6 +45,12 @@ def test_worker_alarms_on_index_change_and_obeys_reference_commands(broker, tmp_
         produce(settings, settings.topic_decisions, list(sim.traces(12_000)))
         wait_for(lambda: scrape(port).get(("ragmon_drift_alarm", TOTAL)) == 1.0,
                  timeout=180, what="critical_claim_unsupported alarm")
+        if shutil.which("promtool"):  # the live exposition, drift state and all, is clean
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                text = r.read()
+            checked = subprocess.run(["promtool", "check", "metrics"], input=text,
+                                     capture_output=True, check=False)
+            assert checked.returncode == 0, checked.stdout + checked.stderr
 
         capsys.readouterr()
         assert main(["reference", "list", "--json", "--bootstrap", broker.bootstrap]) == 0
