@@ -117,9 +117,9 @@ def main() -> None:
     else:
         growth("references frozen and calibrated", rows[frozen + 2:])
         # References then grow (monitor/growth.py) and are recalibrated at each step:
-        # warm once their sizes stopped changing, from the sample after that on.
+        # warm two samples after their sizes stopped changing (as after the freeze).
         final = max((i for i, r in enumerate(rows) if r[8] != rows[-1][8]), default=-1) + 1
-        growth("references at their final size and calibrated", rows[final + 1:])
+        growth("references at their final size and calibrated", rows[final + 2:])
 
 
 def growth(rule: str, warm: list[tuple]) -> None:
