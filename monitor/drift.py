@@ -241,22 +241,22 @@ class Drift:
                 self.growth.pop(release, None)  # a stale reference does not grow
                 self._mark(release, window_start, "recalibration_required")
                 continue
-            raised = self._detect(release, window_start, cells, reference)
-            self._grow(release, window_start, table, seen, raised)
-            alarms.extend(raised)
+            alarms.extend(self._detect(release, window_start, cells, reference))
+            self._grow(release, window_start, table, seen)
         return alarms
 
-    def _grow(self, release: str, window_start: int, table: Table, seen: set[Components],
-              raised: list[Alarm]) -> None:
-        """Offer the window to the release's reference growth; fold in a block that may."""
+    def _grow(self, release: str, window_start: int, table: Table,
+              seen: set[Components]) -> None:
+        """Offer the window to the release's reference growth; fold in a block that may.
+        A drift alarm of this window or one still held (`last_alarm`, which every alarm
+        sets) makes the window alarmed; gate leaks are incidents, not drift."""
         growth = self.growth.get(release)
         if growth is None or growth.is_done:
             return
         before = growth.block.traces
         growth.block.add(window_start, table, seen)
-        alarmed = (any(a.key.signal != "gate_leak" for a in raised)
-                   or any(k.release == release and k.signal != "gate_leak"
-                          and self._is_latched(k, window_start) for k in self.last_alarm))
+        alarmed = any(k.release == release and k.signal != "gate_leak"
+                      and self._is_latched(k, window_start) for k in self.last_alarm)
         block = growth.observe(growth.block.traces - before, alarmed)
         if block is not None:
             grown = self.references[release] = self.references[release].grow(block)
