@@ -1,12 +1,19 @@
 """Replay throughput of the monitoring core on one core: traces/s through ingest -> fold.
 
 Generates N realistic traces with the simulator (written once to benchmarks/data/),
-then times, in one process, three stages over the same bytes so the figures compare
+then times, in one process, these stages over the same bytes so the figures compare
 as ratios:
 
 1. msgspec decode only (the floor of any validating pipeline);
-2. ingest.parse per message (validation + content scan, no aggregation);
-3. the full pipeline (parse, dedupe, lateness, slicing, fold, window closing) as
+2. the yardstick: the first reference point of issue #2, "orjson + per-event dict
+   updates" (~51k traces/s on the machine the issue was written on): no validation,
+   the counts a dashboard needs (decisions, reasons, claim verdicts, signal sums) added
+   per event to a dict per (window, release, slice). This machine's speed swings by
+   up to 1.7x between hours (msgspec decode alone measured 116k-200k/s on the same
+   code), so ragmon's rate is also given as a ratio to this stage, and in the issue's
+   units: ratio x 51k;
+3. ingest.parse per message (validation + content scan, no aggregation);
+4. the full pipeline (parse, dedupe, lateness, slicing, fold, window closing) as
    `ragmon replay` runs it, in batches of 1000, with the pure-Python fold (column-wise
    encode + scatter) and with the compiled fold (monitor/_fold.pyx), rounds interleaved.
 
@@ -22,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
+import orjson
 
 from monitor.cli import tune_gc
 from monitor.contract import Event
@@ -32,6 +40,7 @@ from monitor.settings import load
 from monitor.simulate import Simulator
 
 DATA = Path(__file__).parent / "data"
+YARDSTICK = "yardstick: orjson + dicts"
 
 
 def sample(n: int) -> list[bytes]:
@@ -70,6 +79,33 @@ def main() -> None:
         for raw in lines:
             decoder.decode(raw)
 
+    def yardstick() -> None:
+        dims = ("language", "fact_type", "source", "risk", "doc_version")
+        table: dict[tuple[object, ...], dict[str, float]] = {}
+        for raw in lines:
+            event = orjson.loads(raw)
+            window = event["ts"][:16]  # the minute
+            release = event["system"]["release"]
+            slices = event.get("slice", {})
+            tokens = event.get("query_tokens")
+            cells = [(window, release, None, None)]
+            cells.extend((window, release, d, slices[d]) for d in dims if d in slices)
+            if tokens is not None:
+                length = "short" if tokens <= 5 else "medium" if tokens <= 15 else "long"
+                cells.append((window, release, "query_length", length))
+            for cell in cells:
+                stats = table.get(cell)
+                if stats is None:
+                    stats = table[cell] = {}
+                keys = ["traces", event["decision"]]
+                if event.get("reason"):
+                    keys.append(event["reason"])
+                keys.extend(c["importance"] + "/" + c["verdict"] for c in event.get("claims", ()))
+                for key in keys:
+                    stats[key] = stats.get(key, 0) + 1
+                for name, value in event.get("signals", {}).items():
+                    stats[name] = stats.get(name, 0.0) + value
+
     def parse_only() -> None:
         for raw in lines:
             parse(raw)
@@ -84,16 +120,20 @@ def main() -> None:
         assert pipeline.input["folded"] == len(lines)
 
     print(f"{len(lines)} traces, mean {size:.0f} bytes")
-    stages = [("msgspec decode only", decode_only), ("ingest.parse", parse_only),
+    stages = [("msgspec decode only", decode_only), (YARDSTICK, yardstick),
+              ("ingest.parse", parse_only),
               ("full pipeline, Python fold", lambda: full(False))]
     if COMPILED:
         stages.append(("full pipeline, compiled fold", lambda: full(True)))
     for gc_mode in ("default gc", "tuned gc (as ragmon replay)"):
         if gc_mode.startswith("tuned"):
             tune_gc()
-        for name, seconds in interleaved(args.repeat, stages).items():
-            print(f"{gc_mode:28s} {name:28s} {len(lines) / seconds:>9,.0f} traces/s "
-                  f"({seconds:.2f} s)")
+        best = interleaved(args.repeat, stages)
+        for name, seconds in best.items():
+            ratio = best[YARDSTICK] / seconds
+            print(f"{gc_mode:28s} {name:30s} {len(lines) / seconds:>9,.0f} traces/s "
+                  f"({seconds:.2f} s)  {ratio:5.2f}x yardstick = {ratio * 51_000:>7,.0f}/s "
+                  "in the issue's units")
 
 
 if __name__ == "__main__":
