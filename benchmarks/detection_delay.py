@@ -14,6 +14,9 @@ reset after each alarm), so delays compare at equal false-alarm rates.
   setting; 0 keeps it frozen), the threshold recalibrated for each size.
 - oracle: CUSUM of the true per-trace log-likelihood ratio (knows pre- and post-change
   laws), threshold by bisection to the ARL0.
+- oracle_ref (not in the default methods): the oracle's CUSUM with the pre-change law
+  estimated from ragmon's reference (size known, nothing grows): a bound on what that
+  reference allows right after the freeze.
 - windowed KS (continuous) / one-sided two-proportion Z (rates): reference = first
   1,000 traces, window = last 500 traces, threshold on the statistic by bisection.
 - River ADWIN (delta) and PageHinkley (threshold; mode up/down as the change) by bisection.
@@ -163,6 +166,39 @@ def oracle(pre: Law, post: Law, h: float) -> Callable[[np.ndarray], Step]:
     return make
 
 
+def oracle_ref(pre: Law, post: Law, kind: str, h: float) -> Callable[[np.ndarray], Step]:
+    """The oracle's CUSUM with the pre-change law *estimated from ragmon's reference*
+    (the change's size still known): what any detector that must learn the pre-change law
+    from that reference, and is handed the change's size, can do. Rates: p0 from the
+    reference's share, p1 = p0 x the true ratio; location: Gaussian log-likelihood ratio
+    with the reference's mean and variance, the true shift added."""
+    def make(ref: np.ndarray) -> Step:
+        s = [0.0]
+        if kind == "rate":
+            p0 = (ref.sum() + 0.5) / (len(ref) + 1.0)
+            p1 = min(p0 * post.p / pre.p, 1.0 - 1e-9)
+            a, b = math.log(p1 / p0), math.log((1.0 - p1) / (1.0 - p0))
+
+            def llr(x: np.ndarray) -> float:
+                k = float(x.sum())
+                return k * a + (len(x) - k) * b
+        else:
+            mean, var = float(ref.mean()), float(ref.var())
+            shift = post.a / (post.a + post.b) - pre.a / (pre.a + pre.b)
+
+            def llr(x: np.ndarray) -> float:
+                return float(shift / var * (x - mean - shift / 2).sum())
+
+        def step(x: np.ndarray) -> bool:
+            s[0] = max(0.0, s[0] + llr(x))
+            if s[0] > h:
+                s[0] = 0.0
+                return True
+            return False
+        return step
+    return make
+
+
 def windowed(kind: str, sign: int, h: float) -> Callable[[np.ndarray], Step]:
     def make(ref: np.ndarray) -> Step:
         ref = np.sort(ref[-REF_WINDOWED:])
@@ -290,7 +326,10 @@ def main(argv: list[str] | None = None) -> int:
         row: dict[str, object] = {"issue_oracle": ISSUE_ORACLE[name]}
         t0 = time.time()
         for method in methods:
-            ref_n = args.reference_traces if method == "ragmon" else REF_WINDOWED
+            if method == "oracle_ref" and kind == "spread":
+                continue  # defined for rates and location shifts only
+            ref_n = (args.reference_traces if method in ("ragmon", "oracle_ref")
+                     else REF_WINDOWED)
             key = (method, f"{pre}", sign if kind != "spread" else 2)
             if method == "ragmon":
                 make = ragmon(kind, sign, args.reference_max_traces)
@@ -298,6 +337,10 @@ def main(argv: list[str] | None = None) -> int:
                 h = calibrate(partial(oracle, pre, post), pre, ref_n, 0.1, 20.0, rng,
                               traces=cal_traces)
                 make = oracle(pre, post, h)
+            elif method == "oracle_ref":
+                h = calibrate(partial(oracle_ref, pre, post, kind), pre, ref_n, 0.1, 20.0,
+                              rng, traces=cal_traces)
+                make = oracle_ref(pre, post, kind, h)
             elif key in baselines:
                 make = baselines[key]
             elif method == "windowed":
@@ -325,6 +368,11 @@ def main(argv: list[str] | None = None) -> int:
             row["ragmon_over_oracle"] = round(r["median_delay"] / o["median_delay"], 2)
             print(f"{name:40s} ragmon/oracle = {row['ragmon_over_oracle']}  "
                   f"({time.time() - t0:.0f}s)", flush=True)
+        if "oracle_ref" in row and "oracle" in row:
+            r, o = row["oracle_ref"], row["oracle"]
+            assert isinstance(r, dict) and isinstance(o, dict)
+            row["oracle_ref_over_oracle"] = round(r["median_delay"] / o["median_delay"], 2)
+            print(f"{name:40s} oracle_ref/oracle = {row['oracle_ref_over_oracle']}", flush=True)
         results[name] = row
     if args.json:
         with open(args.json, "w") as f:

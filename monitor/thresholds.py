@@ -2,7 +2,9 @@
 
 A budget is a mean number of windows between false alarms of one stream (ARL0). The
 threshold h that gives it is found by simulating the stream under its null model:
-`draws` true parameters from the reference's uncertainty, `repeat` independent streams
+`draws` true parameters from the reference's uncertainty (one per equal-probability
+stratum: the average is dominated by the few draws far off, which plain random draws
+catch or miss by luck), `repeat` independent streams
 each, `steps` windows of the stream's typical size. For every h the false-alarm rate of
 a draw is (alarms / windows watched) over its streams - a stream stops at its first
 passage, and a reset after an alarm restarts it fresh, so this is the renewal rate -
@@ -79,8 +81,15 @@ def calibration_key(family: Family, window_n: float) -> tuple[Family, float]:
         events = n * min(family.p, 1.0 - family.p)
         if events >= _GAUSSIAN_EVENTS:
             return pivot
-        # Few events per window: Poisson-like, what matters is the expected count.
-        return Bernoulli(_grid(events) / 100.0, 1, _grid(family.n_ref / n) * 100.0), 100.0
+        # Few events per window: keyed as the minority share q = min(p, 1 - p), watched
+        # for a rise or a drop (a drop of an 80% share is a rise of its 20% complement),
+        # with q and the expected count snapped to the R10 series. A key keeping only the
+        # count, as a Poisson, was up to 0.5 nat off (measured ARL0 -36% for an 80% share
+        # in windows of 20).
+        sign = 1 if (family.sign > 0) == (family.p <= 0.5) else -1
+        q = min(_fine(min(family.p, 1.0 - family.p)), 0.5)
+        window = float(max(1, round(_fine(events) / q)))
+        return Bernoulli(q, sign, _grid(family.n_ref / n) * window), window
     if isinstance(family, Multinomial):
         k = len(family.p)
         return Multinomial((1.0 / k,) * k, _grid(family.n_ref / n) * 50.0 * k), 50.0 * k
@@ -120,6 +129,13 @@ def _round(x: float, digits: int) -> float:
     if not math.isfinite(x) or x == 0:
         return x
     return round(x, digits - 1 - math.floor(math.log10(abs(x))))
+
+
+def _fine(x: float) -> float:
+    """Snap a positive number to the R10 series (10 steps a decade, at most 12% off)."""
+    if not math.isfinite(x) or x <= 0:
+        return x
+    return float(10.0 ** (round(10.0 * math.log10(x)) / 10.0))
 
 
 def _grid(x: float) -> float:

@@ -23,7 +23,7 @@ ORDER = [
 ]
 THIRD_PARTY_HOMES = {
     "faust": {"app"}, "prometheus_client": {"export", "status"}, "kafka": {"client"},
-    "scipy": {"report", "detect"}, "pydantic": {"settings"}, "pydantic_settings": {"settings"},
+    "scipy": {"detectors"}, "pydantic": {"settings"}, "pydantic_settings": {"settings"},
     "rich": {"render"}, "matplotlib": {"plots"}, "yaml": {"analyze"},
 }
 
