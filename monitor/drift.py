@@ -201,7 +201,10 @@ class Drift:
         """Set every detector's threshold from its family's budget. Simulation takes
         seconds for a new kind of stream: the worker runs this in a thread while the
         fold goes on (detectors wait with an infinite threshold: insufficient data)."""
-        detectors = list(self.detectors.items())  # the fold may add streams meanwhile
+        # Release totals first: a release's own alarms are armed within seconds, its
+        # slices' (many more streams, often sharing the totals' simulations) follow.
+        # A copy: the fold may add streams meanwhile.
+        detectors = sorted(self.detectors.items(), key=lambda item: item[0].dimension != "")
         families = [d.family for _, d in detectors]  # ... and grow references
         per_family: dict[str, int] = {}
         for key, _ in detectors:
