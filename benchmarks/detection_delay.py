@@ -27,7 +27,8 @@ after the freeze; a longer stretch shows a release that has run a while) plus a
 uniform offset inside a window. A false alarm before the change is counted and the
 stream goes on (every method resets itself after an alarm). Median over runs.
 
-    taskset -c 0 python benchmarks/detection_delay.py [--runs 200] [--runs-baselines N] [--pre N] [--quick]
+    taskset -c 0 python benchmarks/detection_delay.py [--runs 200] [--runs-baselines N]
+        [--pre N] [--quick]
 """
 
 from __future__ import annotations
@@ -152,17 +153,22 @@ def _spread_window(x: np.ndarray) -> tuple[float, list[float]]:
     return dof, [squares]
 
 
+def _cusum(llr: Callable[[np.ndarray], float], h: float) -> Step:
+    """A CUSUM of a window's log-likelihood ratio; resets itself after an alarm."""
+    s = [0.0]
+
+    def step(x: np.ndarray) -> bool:
+        s[0] = max(0.0, s[0] + llr(x))
+        if s[0] > h:
+            s[0] = 0.0
+            return True
+        return False
+    return step
+
+
 def oracle(pre: Law, post: Law, h: float) -> Callable[[np.ndarray], Step]:
     def make(_ref: np.ndarray) -> Step:
-        s = [0.0]
-
-        def step(x: np.ndarray) -> bool:
-            s[0] = max(0.0, s[0] + float((post.logpdf(x) - pre.logpdf(x)).sum()))
-            if s[0] > h:
-                s[0] = 0.0
-                return True
-            return False
-        return step
+        return _cusum(lambda x: float((post.logpdf(x) - pre.logpdf(x)).sum()), h)
     return make
 
 
@@ -173,7 +179,6 @@ def oracle_ref(pre: Law, post: Law, kind: str, h: float) -> Callable[[np.ndarray
     reference's share, p1 = p0 x the true ratio; location: Gaussian log-likelihood ratio
     with the reference's mean and variance, the true shift added."""
     def make(ref: np.ndarray) -> Step:
-        s = [0.0]
         if kind == "rate":
             p0 = (ref.sum() + 0.5) / (len(ref) + 1.0)
             p1 = min(p0 * post.p / pre.p, 1.0 - 1e-9)
@@ -188,14 +193,7 @@ def oracle_ref(pre: Law, post: Law, kind: str, h: float) -> Callable[[np.ndarray
 
             def llr(x: np.ndarray) -> float:
                 return float(shift / var * (x - mean - shift / 2).sum())
-
-        def step(x: np.ndarray) -> bool:
-            s[0] = max(0.0, s[0] + llr(x))
-            if s[0] > h:
-                s[0] = 0.0
-                return True
-            return False
-        return step
+        return _cusum(llr, h)
     return make
 
 
@@ -367,17 +365,14 @@ def main(argv: list[str] | None = None) -> int:
                            "false_alarms_measured": alarms, "false_alarms_before_change": early}
             print(f"{name:40s} {method:9s} delay {median:8.1f}  ARL0 {arl:9.0f} "
                   f"({alarms} alarms)  early {early}", flush=True)
-        if "ragmon" in row and "oracle" in row:
-            r, o = row["ragmon"], row["oracle"]
-            assert isinstance(r, dict) and isinstance(o, dict)
-            row["ragmon_over_oracle"] = round(r["median_delay"] / o["median_delay"], 2)
-            print(f"{name:40s} ragmon/oracle = {row['ragmon_over_oracle']}  "
-                  f"({time.time() - t0:.0f}s)", flush=True)
-        if "oracle_ref" in row and "oracle" in row:
-            r, o = row["oracle_ref"], row["oracle"]
-            assert isinstance(r, dict) and isinstance(o, dict)
-            row["oracle_ref_over_oracle"] = round(r["median_delay"] / o["median_delay"], 2)
-            print(f"{name:40s} oracle_ref/oracle = {row['oracle_ref_over_oracle']}", flush=True)
+        for method in ("ragmon", "oracle_ref"):
+            if method in row and "oracle" in row:
+                r, o = row[method], row["oracle"]
+                assert isinstance(r, dict) and isinstance(o, dict)
+                ratio = round(r["median_delay"] / o["median_delay"], 2)
+                row[f"{method}_over_oracle"] = ratio
+                print(f"{name:40s} {method}/oracle = {ratio}  ({time.time() - t0:.0f}s)",
+                      flush=True)
         results[name] = row
     if args.json:
         with open(args.json, "w") as f:

@@ -78,7 +78,8 @@ def calibration_key(family: Family, window_n: float) -> tuple[Family, float]:
         return (GammaScale(1.0, _grid(total_shape) / 20.0, 1, _grid(family.n_ref / n) * 20.0),
                 20.0)
     if isinstance(family, Bernoulli):
-        events = n * min(family.p, 1.0 - family.p)
+        share = min(family.p, 1.0 - family.p)
+        events = n * share
         if events >= _GAUSSIAN_EVENTS:
             return pivot
         # Few events per window: keyed as the minority share q = min(p, 1 - p), watched
@@ -87,7 +88,7 @@ def calibration_key(family: Family, window_n: float) -> tuple[Family, float]:
         # count, as a Poisson, was up to 0.5 nat off (measured ARL0 -36% for an 80% share
         # in windows of 20).
         sign = 1 if (family.sign > 0) == (family.p <= 0.5) else -1
-        q = min(_fine(min(family.p, 1.0 - family.p)), 0.5)
+        q = min(_fine(share), 0.5)
         window = float(max(1, round(_fine(events) / q)))
         return Bernoulli(q, sign, _grid(family.n_ref / n) * window), window
     if isinstance(family, Multinomial):
