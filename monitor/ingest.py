@@ -45,14 +45,14 @@ REASONS: Final = (
 _CONTENT_KEY = re.compile(
     rb'"(?:' + b"|".join(sorted(f.encode() for f in CONTENT_FIELDS)) + rb')"\s*:'
 )
-_REASON_CODE = re.compile(r"[a-z0-9_]{1,64}")
+REASON_CODE: Final = re.compile(r"[a-z0-9_]{1,64}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _KNOWN_REASONS = frozenset(KNOWN_REASONS)
 _DECODER: Final = msgspec.json.Decoder(Trace | Label | Feedback)
 # A decision that starts with its schema (as every msgspec/our SDK encoder writes it)
 # skips the tagged-union dispatch (measured ~1.5 us of a ~8 us decode here) and decodes
 # its repeating parts once (monitor/parts.py).
-_TRACE_PREFIX: Final = b'{"schema":"rag-decision/1"'
+TRACE_PREFIX: Final = b'{"schema":"rag-decision/1"'
 _ENCODER: Final = msgspec.json.Encoder()
 _DROPPED_MARK = b'..."[content fields dropped]"'
 
@@ -79,7 +79,7 @@ def parse(raw: bytes, max_bytes: int = 256 * 1024,
     if b"\\" in raw:
         return _parse_slow(raw, expect)
     try:
-        event = decode_trace(raw) if raw.startswith(_TRACE_PREFIX) else _DECODER.decode(raw)
+        event = decode_trace(raw) if raw.startswith(TRACE_PREFIX) else _DECODER.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, Unusual):
         return _parse_slow(raw, expect)
     if isinstance(event, Trace) and (
@@ -198,7 +198,7 @@ def _check(event: Event, dropped: int, payload: bytes,
             if event.decision == "abstain":
                 return Rejection("reason_required", "decision abstain needs a reason",
                                  payload, dropped)
-        elif reason not in _KNOWN_REASONS and not _REASON_CODE.fullmatch(reason):
+        elif reason not in _KNOWN_REASONS and not REASON_CODE.fullmatch(reason):
             return Rejection("out_of_range", f"reason {reason!r} is not [a-z0-9_]{{1,64}}",
                              payload, dropped)
     return Accepted(event, dropped)

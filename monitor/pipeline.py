@@ -12,8 +12,9 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
+from monitor import admit, fold
 from monitor.aggregate import TOTAL, CellKey, Table
-from monitor.contract import Feedback, Label, System, Trace, to_json
+from monitor.contract import Feedback, Label, System, Trace
 from monitor.dedupe import Seen
 from monitor.fold import Exemplar, Folder
 from monitor.ingest import Accepted, Rejection, parse
@@ -26,10 +27,6 @@ from monitor.windows import Windows
 __all__ = ["INPUT_COUNTERS", "RECENT_CLOSED", "Closed", "Counters", "Pipeline"]
 
 _SLICINGS_CACHED: Final = 10_000
-# Kept traces are folded in chunks of this many: small enough that the decoded traces
-# stay in cache between parsing and folding: reading a thousand decoded traces (a few MB)
-# field by field after parsing them all measured ~2x slower here, parsing included.
-CHUNK_TRACES: Final = 64
 # Closed windows a pipeline keeps (and checkpoints after every batch) for stage two
 # (monitor/merge.py), which reads checkpoints about once a second: windows close far
 # slower unless a backlog of old traffic is read.
@@ -80,9 +77,12 @@ class Pipeline:
     """Stateful fold of decision traces, labels and feedback into window statistics."""
 
     def __init__(self, settings: Settings, slicer: Slicer | None = None,
-                 admit_missing: Cap | None = None) -> None:
+                 admit_missing: Cap | None = None, compiled: bool = True) -> None:
         """`slicer` and `admit_missing` may be shared by the pipelines of one worker (one per
-        partition) so that every partition maps the same label values to `other`."""
+        partition) so that every partition maps the same label values to `other`.
+        `compiled=False` runs the pure-Python admission and fold (the references) even
+        where the compiled ones are built."""
+        self._admit = admit.admit if compiled else admit.admit_python
         self.settings = settings
         self.layout: Layout = from_settings(settings)
         self.slicer = slicer or Slicer(settings.slice_dimensions, settings.slice_values_max,
@@ -92,7 +92,7 @@ class Pipeline:
                                          settings.trace_retention_max)
         self.windows = Windows(self.layout, settings.window_seconds,
                                settings.allowed_lateness_seconds)
-        self.folder = Folder(self.layout, self.admit_missing)
+        self.folder = Folder(self.layout, self.admit_missing, compiled and fold.COMPILED)
         self.joiner = Joiner(self.layout, settings.pending_retention_seconds,
                              settings.pending_max)
         self.totals = Table.empty(self.layout)
@@ -123,54 +123,13 @@ class Pipeline:
     def feed(self, raws: Iterable[bytes]) -> list[tuple[int, Rejection]]:
         """Fold a batch of decision traces; return dead letters (rejected or late) by index.
 
-        One pass per message does only what decides its fate (parse, duplicate, lateness,
-        slicing); the kept traces are folded a chunk at a time (`monitor/fold.py`)."""
+        One pass per message does only what decides its fate (`monitor/admit.py`); the
+        kept traces are folded a chunk at a time (`fold_chunk`)."""
         dead: list[tuple[int, Rejection]] = []
         deltas: list[Delta] = []
-        windows, seen, count, joiner = self.windows, self.seen, self.input, self.joiner
-        refs, keys, max_bytes = seen.refs, self.slicer.keys, self.settings.max_message_bytes
-        size, lateness = windows.window_seconds, windows.lateness_seconds
-        watermark = windows.watermark
-        journal = self.journal
-        chunk: list[tuple[int, Trace, Slicing, Exemplar]] = []
-        read = dropped = 0
-        base = count["read"]
-        for index, raw in enumerate(raws):
-            read += 1
-            result = parse(raw, max_bytes, Trace)
-            dropped += result.content_fields_dropped
-            if isinstance(result, Rejection):
-                self.rejected_by_reason[result.reason] += 1
-                dead.append((index, result))
-                continue
-            trace = result.event
-            assert isinstance(trace, Trace)
-            trace_id = trace.trace_id
-            if trace_id in refs:
-                count["duplicates"] += 1
-                continue
-            ts = trace.ts.timestamp()
-            # Windows.start_of, is_late and observe, inline: this loop runs per message.
-            start = int(ts // size) * size
-            if start + size <= watermark - lateness:
-                count["late"] += 1
-                detail = f"window closed at watermark {watermark:.0f}"
-                dead.append((index, Rejection("late", detail, to_json(trace), 0)))
-                continue
-            if ts > watermark:
-                watermark = windows.watermark = ts
-            slicing = keys(trace)
-            ref = TraceRef(start, slicing, trace.decision)
-            seen.first(trace_id, ts, ref)
-            if journal is not None:
-                journal.append((trace_id, ts, ref))
-            chunk.append((start, trace, slicing, (base + index, trace_id, ts)))
-            if len(chunk) == CHUNK_TRACES:
-                self._fold_chunk(chunk)
-                chunk = []
-            if joiner.pending:
-                deltas.extend(joiner.on_trace(trace_id, ref))
-        self._fold_chunk(chunk)
+        batch = raws if isinstance(raws, list) else list(raws)
+        read, dropped = self._admit(self, batch, dead, deltas)
+        count = self.input
         rejected = sum(1 for _, r in dead if r.reason != "late")
         count["read"] += read
         count["rejected"] += rejected
@@ -180,7 +139,7 @@ class Pipeline:
         self._expire()
         return dead
 
-    def _fold_chunk(self, chunk: list[tuple[int, Trace, Slicing, Exemplar]]) -> None:
+    def fold_chunk(self, chunk: list[tuple[int, Trace, Slicing, Exemplar]]) -> None:
         """Fold a chunk of kept traces into their windows; note each window's version
         components, last trace per slicing and OpenTelemetry exemplars."""
         by_window: dict[int, list[tuple[int, Trace, Slicing, Exemplar]]] = {}

@@ -51,20 +51,20 @@ class Slicer:
         self.dimensions = dimensions
         self.releases = Cap(releases_max)
         self.values = {dim: Cap(values_max) for dim in dimensions}
-        self._cache: dict[tuple[str | None, ...], Slicing] = {}
+        self.cache: dict[tuple[str | None, ...], Slicing] = {}
 
     def keys(self, trace: Trace) -> Slicing:
         get = trace.slice.get
         tokens = trace.query_tokens
         raw = (trace.system.release, None if tokens is None else query_length(tokens),
                *map(get, self.dimensions))
-        key = self._cache.get(raw)
+        key = self.cache.get(raw)
         if key is None:
             overflowed = self.overflowed
             key = self._compute(trace)
             # Keys that overflowed a cap are not cached, so every such trace is counted.
-            if self.overflowed == overflowed and len(self._cache) < _CACHE_MAX:
-                self._cache[raw] = key
+            if self.overflowed == overflowed and len(self.cache) < _CACHE_MAX:
+                self.cache[raw] = key
         return key
 
     def _compute(self, trace: Trace) -> Slicing:

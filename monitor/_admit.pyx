@@ -1,0 +1,146 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The compiled admission: `monitor/admit.py`'s loop with its common case in C.
+
+A clean decision (no backslash, starts with its schema, decodes strictly, no content
+key in its maps, a zone on `ts`, a well-formed reason) is decoded here in one msgspec
+call; any other message goes to `ingest.parse`, which decides its fate exactly as in
+the reference. A slicing not yet in the slicer's cache is computed by `Slicer.keys`,
+label joins by `Joiner.on_trace`. tests/test_admit.py checks both loops leave a
+pipeline in the same state.
+"""
+
+from cpython.dict cimport PyDict_GetItem
+from cpython.ref cimport PyObject, Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from libc.string cimport memchr
+
+import msgspec
+
+from monitor.admit import CHUNK_TRACES
+from monitor.contract import CONTENT_FIELDS, KNOWN_REASONS, Trace, to_json
+from monitor.ingest import REASON_CODE, TRACE_PREFIX, Rejection, parse
+from monitor.labels import TraceRef
+from monitor.slices import query_length
+
+cdef object _DECODER = msgspec.json.Decoder(Trace)
+cdef tuple _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
+cdef frozenset _CONTENT = CONTENT_FIELDS
+cdef frozenset _KNOWN = frozenset(KNOWN_REASONS)
+cdef object _CODE = REASON_CODE.fullmatch
+cdef bytes _PREFIX = TRACE_PREFIX
+cdef tuple _LENGTHS = tuple(query_length(tokens) for tokens in range(64))
+
+
+cdef object _clean(bytes raw, Py_ssize_t max_bytes):
+    """The trace of a message `ingest.parse` would accept as is, else None (parse decides)."""
+    cdef Py_ssize_t n = len(raw)
+    if n > max_bytes or memchr(<const char*>raw, 92, n) != NULL or not raw.startswith(_PREFIX):
+        return None
+    try:
+        trace = _DECODER.decode(raw)
+    except _DECODE_ERRORS:
+        return None
+    maps = trace.slice
+    if maps and not _CONTENT.isdisjoint(maps):
+        return None
+    maps = trace.signals
+    if maps and not _CONTENT.isdisjoint(maps):
+        return None
+    maps = trace.evals
+    if maps and not _CONTENT.isdisjoint(maps):
+        return None
+    if trace.ts.tzinfo is None:
+        return None
+    reason = trace.reason
+    if reason is None:
+        if trace.decision == "abstain":
+            return None
+    elif reason not in _KNOWN and _CODE(reason) is None:
+        return None
+    return trace
+
+
+cdef object _raw_key(trace, tuple dimensions):
+    """The slicer's cache key of a trace (`Slicer.keys`): release, query length, values."""
+    cdef Py_ssize_t i, n = len(dimensions)
+    cdef tuple key = PyTuple_New(n + 2)
+    cdef PyObject* found
+    release = trace.system.release
+    Py_INCREF(release)
+    PyTuple_SET_ITEM(key, 0, release)
+    tokens = trace.query_tokens
+    if tokens is None:
+        length = None
+    elif tokens < 64:
+        length = _LENGTHS[tokens]
+    else:
+        length = query_length(tokens)
+    Py_INCREF(length)
+    PyTuple_SET_ITEM(key, 1, length)
+    values = trace.slice
+    for i in range(n):
+        found = PyDict_GetItem(values, dimensions[i])
+        value = None if found == NULL else <object>found
+        Py_INCREF(value)
+        PyTuple_SET_ITEM(key, i + 2, value)
+    return key
+
+
+def admit(pipe, list raws, list dead, list deltas):
+    """`monitor.admit.admit_python`, compiled: same arguments, same effects."""
+    windows, seen, count, joiner = pipe.windows, pipe.seen, pipe.input, pipe.joiner
+    slicer = pipe.slicer
+    cdef dict refs = seen.refs
+    cdef dict cache = slicer.cache
+    cdef tuple dimensions = slicer.dimensions
+    cdef Py_ssize_t max_bytes = pipe.settings.max_message_bytes
+    cdef Py_ssize_t index, n = len(raws), base = count["read"], dropped = 0
+    cdef Py_ssize_t duplicates = 0, late = 0
+    cdef double ts, watermark = windows.watermark
+    cdef PyObject* found
+    size, lateness = windows.window_seconds, windows.lateness_seconds
+    keys, first, fold_chunk = slicer.keys, seen.first, pipe.fold_chunk
+    journal = pipe.journal
+    rejected_by_reason = pipe.rejected_by_reason
+    cdef list chunk = []
+    for index in range(n):
+        raw = raws[index]
+        trace = _clean(raw, max_bytes)
+        if trace is None:
+            result = parse(raw, max_bytes, Trace)
+            dropped += result.content_fields_dropped
+            if isinstance(result, Rejection):
+                rejected_by_reason[result.reason] += 1
+                dead.append((index, result))
+                continue
+            trace = result.event
+        trace_id = trace.trace_id
+        if trace_id in refs:
+            duplicates += 1
+            continue
+        ts = trace.ts.timestamp()
+        start = int(ts // size) * size
+        if start + size <= watermark - lateness:
+            late += 1
+            detail = f"window closed at watermark {watermark:.0f}"
+            dead.append((index, Rejection("late", detail, to_json(trace), 0)))
+            continue
+        if ts > watermark:
+            watermark = ts
+            windows.watermark = ts
+        found = PyDict_GetItem(cache, _raw_key(trace, dimensions))
+        slicing = keys(trace) if found == NULL else <object>found
+        ref = TraceRef(start, slicing, trace.decision)
+        first(trace_id, ts, ref)
+        if journal is not None:
+            journal.append((trace_id, ts, ref))
+        chunk.append((start, trace, slicing, (base + index, trace_id, ts)))
+        if len(chunk) == CHUNK_TRACES:
+            fold_chunk(chunk)
+            chunk = []
+        if joiner.pending:
+            deltas.extend(joiner.on_trace(trace_id, ref))
+    fold_chunk(chunk)
+    count["duplicates"] += duplicates
+    count["late"] += late
+    return n, dropped

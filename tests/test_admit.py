@@ -1,0 +1,144 @@
+"""The compiled admission (monitor/_admit.pyx) leaves a pipeline exactly as the Python one.
+
+Both pipelines read the same messages: realistic traces and every kind of trouble the
+compiled loop hands back to Python (rejections, content fields, escapes, duplicates,
+late traces, label joins, slice values over their cap, messages for another topic).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import traces
+
+from monitor import admit
+from monitor.pipeline import Pipeline
+from monitor.settings import load
+from monitor.simulate import Simulator
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "examples"
+# Small caps: some slicings overflow them, and those are never cached.
+SETTINGS = load(slice_values_max=3, releases_max=2, allowed_lateness_seconds=60)
+
+
+def test_the_compiled_admission_is_the_one_in_use_where_it_was_built():
+    built = list(Path(admit.__file__).parent.glob("_admit.*.so"))
+    assert bool(built) == admit.COMPILED, "monitor/_admit.pyx is built but does not import"
+
+
+pytestmark = pytest.mark.skipif(not admit.COMPILED, reason="monitor._admit not built")
+
+
+def _troubled(seed: int) -> tuple[list[bytes], list[bytes]]:
+    """Decision messages with every detour of the fast lane in them, and labels (some for
+    traces still to come, so joins happen as the traces arrive)."""
+    rng = random.Random(seed)
+    raws = list(Simulator(seed=seed, scenario="bad_input", change_at=300, rate=20.0).traces(3_000))
+    good = [json.loads(r) for r in raws[:200]]
+    odd: list[bytes] = []
+    for i, trace in enumerate(good[:40]):
+        variant = dict(trace, trace_id=f"odd-{seed}-{i}")
+        kind = i % 8
+        if kind == 0:
+            variant["question"] = "what is my password?"  # content: dropped, counted
+        elif kind == 1:
+            variant["system"] = dict(variant["system"], release="caf\u00e9")  # not ASCII
+        elif kind == 2:
+            variant.update(decision="abstain", reason=None)  # reason_required
+            del variant["reason"]
+        elif kind == 3:
+            variant["reason"] = "Not A Code"  # out_of_range
+        elif kind == 4:
+            variant["ts"] = variant["ts"].rstrip("Z")  # no zone: bad_timestamp
+        elif kind == 5:
+            variant["slice"] = dict(variant.get("slice", {}), prompt="x")  # content key
+        elif kind == 6:
+            variant["signals"] = dict(variant.get("signals", {}), text=0.5)
+        else:
+            variant = {"schema": "rag-label/1", "trace_id": variant["trace_id"],
+                       "ts": variant["ts"], "source": "human"}  # another topic's message
+        # Compact, schema first, UTF-8 unescaped: as an SDK writes it (the fast lane's input).
+        odd.append(json.dumps(variant, separators=(",", ":"), ensure_ascii=False).encode())
+    odd += (EXAMPLES / "bad-traces.jsonl").read_bytes().splitlines()
+    odd += (EXAMPLES / "traces.jsonl").read_bytes().splitlines()
+    # Duplicates (some already folded, some repeated within a batch) and late traces.
+    odd += rng.sample(raws[:1_000], 50)
+    mixed = raws[:]
+    for message in odd:
+        mixed.insert(rng.randrange(len(mixed)), message)
+    labels = [msgspec.json.encode({"schema": "rag-label/1", "trace_id": t["trace_id"],
+                                   "ts": t["ts"], "source": "judge", "answerable": True,
+                                   "correct": rng.random() < 0.5})
+              for t in map(json.loads, rng.sample(raws[:300], 200))]
+    return mixed, labels
+
+
+def _run(pipeline: Pipeline, messages: list[bytes], labels: list[bytes],
+         batch: int) -> list:
+    pipeline.journal = []
+    pipeline.feed_events(labels, "labels")
+    dead = []
+    for i in range(0, len(messages), batch):
+        dead += [(i + index, r) for index, r in pipeline.feed(messages[i : i + batch])]
+        pipeline.close_ready()
+    return dead
+
+
+def _same_state(a: Pipeline, b: Pipeline) -> None:
+    assert a.counters() == b.counters()
+    assert a.seen.refs == b.seen.refs
+    assert list(a.seen._order) == list(b.seen._order)
+    assert a.journal == b.journal
+    assert a.windows.watermark == b.windows.watermark
+    assert a.slicer.cache == b.slicer.cache
+    assert a.slicer.overflowed == b.slicer.overflowed
+    assert a.joiner.pending == b.joiner.pending
+    assert a.components == b.components
+    assert a.last_traces == b.last_traces
+    assert a.exemplars == b.exemplars
+    ta, tb = a.merged(), b.merged()
+    assert ta.keys == tb.keys
+    assert np.array_equal(ta.counts[: len(ta)], tb.counts[: len(tb)])
+    # The Python fold adds a column's floats in another order (tests/test_fold.py).
+    np.testing.assert_allclose(ta.sums[: len(ta)], tb.sums[: len(tb)], rtol=1e-12, atol=1e-9)
+    assert ta.extras == tb.extras
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_both_admissions_leave_the_same_state(seed):
+    messages, labels = _troubled(seed)
+    compiled, python = Pipeline(SETTINGS), Pipeline(SETTINGS, compiled=False)
+    assert compiled._admit is admit.admit and python._admit is admit.admit_python
+    dead_c = _run(compiled, messages, labels, 700)
+    dead_p = _run(python, messages, labels, 700)
+    assert dead_c == dead_p
+    reasons = {r.reason for _, r in dead_c}
+    # The fixture really exercises the detours.
+    assert {"late", "reason_required", "out_of_range", "bad_timestamp",
+            "unexpected_schema", "not_json"} <= reasons
+    counters = compiled.counters()
+    assert counters.input["duplicates"] > 0 and counters.input["content_fields_dropped"] > 0
+    assert counters.events["labels"]["joined"] > 0
+    assert compiled.slicer.overflowed > 0
+    _same_state(compiled, python)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(traces(), min_size=1, max_size=40), st.randoms(use_true_random=False))
+def test_generated_traces_and_their_mutations(events, rng):
+    messages = []
+    for event in events:
+        raw = msgspec.json.encode(event)  # compact, schema first: the fast lane's input
+        messages.append(raw)
+        cut = rng.randrange(len(raw))
+        messages.append(rng.choice([raw[:cut], raw[:cut] + b"\\" + raw[cut:], raw]))
+    compiled, python = Pipeline(SETTINGS), Pipeline(SETTINGS, compiled=False)
+    assert _run(compiled, messages, [], 16) == _run(python, messages, [], 16)
+    _same_state(compiled, python)
