@@ -49,6 +49,11 @@ cdef object _clean(bytes raw, Py_ssize_t max_bytes):
     maps = trace.evals
     if maps and not _CONTENT.isdisjoint(maps):
         return None
+    if not _is_trace_id(trace.trace_id):
+        return None
+    otel = trace.otel
+    if otel is not None and not (_is_hex(otel.trace_id, 32) and _is_hex(otel.span_id, 16)):
+        return None
     if trace.ts.tzinfo is None:
         return None
     reason = trace.reason
@@ -58,6 +63,29 @@ cdef object _clean(bytes raw, Py_ssize_t max_bytes):
     elif reason not in _KNOWN and _CODE(reason) is None:
         return None
     return trace
+
+
+cdef bint _is_trace_id(str value):
+    """contract.TRACE_ID_FORMAT (the model bounds the length): letters, digits, ._:-"""
+    cdef Py_UCS4 c
+    for c in value:
+        if not ("a" <= c <= "z" or "A" <= c <= "Z" or "0" <= c <= "9"
+                or c == "." or c == "_" or c == ":" or c == "-"):
+            return False
+    return True
+
+
+cdef bint _is_hex(value, Py_ssize_t length):
+    """None, or contract.OTEL_*_ID_FORMAT: `length` lowercase hex digits."""
+    cdef Py_UCS4 c
+    if value is None:
+        return True
+    if len(<str>value) != length:
+        return False
+    for c in <str>value:
+        if not ("0" <= c <= "9" or "a" <= c <= "f"):
+            return False
+    return True
 
 
 cdef object _raw_key(trace, tuple dimensions):

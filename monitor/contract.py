@@ -26,6 +26,9 @@ __all__ = [
     "FEEDBACK_SCHEMA",
     "KNOWN_REASONS",
     "LABEL_SCHEMA",
+    "OTEL_SPAN_ID_FORMAT",
+    "OTEL_TRACE_ID_FORMAT",
+    "TRACE_ID_FORMAT",
     "Check",
     "Claim",
     "Event",
@@ -58,7 +61,14 @@ CONTENT_FIELDS: Final = frozenset(
     {"question", "answer", "text", "content", "prompt", "completion", "messages"}
 )
 
-TraceId = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:-]{1,128}$")]
+# Identifier formats, checked in ingest (and in C by the compiled admission), not by a
+# `Meta(pattern=...)`: msgspec calls Python's `re` for a pattern, measured 0.7 us of a
+# 5 us trace decode here. The models bound the lengths; a bad length or format is the
+# same rejection either way (`bad_trace_id`; `out_of_range` for the OpenTelemetry ids).
+TRACE_ID_FORMAT: Final = r"[A-Za-z0-9._:-]{1,128}"
+OTEL_TRACE_ID_FORMAT: Final = r"[0-9a-f]{32}"
+OTEL_SPAN_ID_FORMAT: Final = r"[0-9a-f]{16}"
+TraceId = Annotated[str, Meta(min_length=1, max_length=128)]
 ShortText = Annotated[str, Meta(min_length=1, max_length=128)]
 # Slice values become Prometheus label values: bounded, and (checked in ingest: a control
 # character needs a backslash escape in JSON, so only such messages are scanned) printable.
@@ -71,8 +81,8 @@ UnitScore = Annotated[float, Meta(ge=0.0, le=1.0)]
 
 
 class Otel(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
-    trace_id: Annotated[str, Meta(pattern=r"^[0-9a-f]{32}$")] | None = None
-    span_id: Annotated[str, Meta(pattern=r"^[0-9a-f]{16}$")] | None = None
+    trace_id: Annotated[str, Meta(min_length=32, max_length=32)] | None = None
+    span_id: Annotated[str, Meta(min_length=16, max_length=16)] | None = None
 
 
 class System(Struct, frozen=True, gc=False, forbid_unknown_fields=True):

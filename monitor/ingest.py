@@ -20,7 +20,17 @@ from typing import Any, Final, NamedTuple
 import msgspec
 from msgspec import inspect as mi
 
-from monitor.contract import CONTENT_FIELDS, KNOWN_REASONS, Event, Feedback, Label, Trace
+from monitor.contract import (
+    CONTENT_FIELDS,
+    KNOWN_REASONS,
+    OTEL_SPAN_ID_FORMAT,
+    OTEL_TRACE_ID_FORMAT,
+    TRACE_ID_FORMAT,
+    Event,
+    Feedback,
+    Label,
+    Trace,
+)
 from monitor.parts import Unusual, decode_trace
 
 __all__ = ["REASONS", "Accepted", "Rejection", "parse", "strip_content"]
@@ -46,6 +56,9 @@ _CONTENT_KEY = re.compile(
     rb'"(?:' + b"|".join(sorted(f.encode() for f in CONTENT_FIELDS)) + rb')"\s*:'
 )
 REASON_CODE: Final = re.compile(r"[a-z0-9_]{1,64}")
+_TRACE_ID: Final = re.compile(TRACE_ID_FORMAT)
+_OTEL_IDS: Final = (("trace_id", re.compile(OTEL_TRACE_ID_FORMAT)),
+                    ("span_id", re.compile(OTEL_SPAN_ID_FORMAT)))
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _KNOWN_REASONS = frozenset(KNOWN_REASONS)
 _DECODER: Final = msgspec.json.Decoder(Trace | Label | Feedback)
@@ -185,7 +198,17 @@ def _control_characters(trace: Trace) -> tuple[str, str] | None:
 
 def _check(event: Event, dropped: int, payload: bytes,
            expect: type[Event] | None) -> Accepted | Rejection:
-    """Rules the models cannot express: a zone on `ts`, the reason, the topic's type."""
+    """Rules the models do not check: identifier formats, a zone on `ts`, the reason,
+    the topic's type."""
+    if not _TRACE_ID.fullmatch(event.trace_id):
+        return Rejection("bad_trace_id", f"trace_id is not {TRACE_ID_FORMAT}", payload, dropped)
+    otel = event.otel if isinstance(event, Trace) else None
+    if otel is not None:
+        for name, form in _OTEL_IDS:
+            value = getattr(otel, name)
+            if value is not None and not form.fullmatch(value):
+                return Rejection("out_of_range", f"otel.{name} is not {form.pattern}",
+                                 payload, dropped)
     if expect is not None and not isinstance(event, expect):
         detail = f"expected {expect.__struct_config__.tag}, got {type(event).__struct_config__.tag}"
         return Rejection("unexpected_schema", detail, payload, dropped)

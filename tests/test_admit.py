@@ -45,7 +45,7 @@ def _troubled(seed: int) -> tuple[list[bytes], list[bytes]]:
     odd: list[bytes] = []
     for i, trace in enumerate(good[:40]):
         variant = dict(trace, trace_id=f"odd-{seed}-{i}")
-        kind = i % 8
+        kind = i % 10
         if kind == 0:
             variant["question"] = "what is my password?"  # content: dropped, counted
         elif kind == 1:
@@ -61,6 +61,10 @@ def _troubled(seed: int) -> tuple[list[bytes], list[bytes]]:
             variant["slice"] = dict(variant.get("slice", {}), prompt="x")  # content key
         elif kind == 6:
             variant["signals"] = dict(variant.get("signals", {}), text=0.5)
+        elif kind == 7:
+            variant["trace_id"] += " x"  # bad_trace_id
+        elif kind == 8:
+            variant["otel"] = {"trace_id": "A" * 32}  # out_of_range (lowercase hex only)
         else:
             variant = {"schema": "rag-label/1", "trace_id": variant["trace_id"],
                        "ts": variant["ts"], "source": "human"}  # another topic's message
@@ -121,7 +125,7 @@ def test_both_admissions_leave_the_same_state(seed):
     assert dead_c == dead_p
     reasons = {r.reason for _, r in dead_c}
     # The fixture really exercises the detours.
-    assert {"late", "reason_required", "out_of_range", "bad_timestamp",
+    assert {"late", "reason_required", "out_of_range", "bad_timestamp", "bad_trace_id",
             "unexpected_schema", "not_json"} <= reasons
     counters = compiled.counters()
     assert counters.input["duplicates"] > 0 and counters.input["content_fields_dropped"] > 0

@@ -88,6 +88,15 @@ def test_escaped_content_keys_are_dropped_too():
     (b'{"schema":"rag-decision/1","trace_id":"t","ts":"2026-11-29T10:00:00Z",'
      b'"system":{"release":"r"},"decision":"answer","evals":{"faithfulness":1.5}}',
      "out_of_range"),
+    (b'{"schema":"rag-decision/1","trace_id":"t\\n","ts":"2026-11-29T10:00:00Z",'
+     b'"system":{"release":"r"},"decision":"answer"}', "bad_trace_id"),
+    (b'{"schema":"rag-decision/1","trace_id":"' + b"t" * 129 + b'","ts":"2026-11-29T10:00:00Z",'
+     b'"system":{"release":"r"},"decision":"answer"}', "bad_trace_id"),
+    (b'{"schema":"rag-label/1","trace_id":"t/1","ts":"2026-11-29T10:00:00Z",'
+     b'"source":"human"}', "bad_trace_id"),
+    (b'{"schema":"rag-decision/1","trace_id":"t","ts":"2026-11-29T10:00:00Z",'
+     b'"system":{"release":"r"},"decision":"answer","otel":{"span_id":"00F067AA0BA902B7"}}',
+     "out_of_range"),
     (b'{"a":' * 50_000, "not_json"),
     (b'[' * 100_000, "not_json"),
     (b'\xff\xfe', "not_json"),
