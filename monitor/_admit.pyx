@@ -2,9 +2,9 @@
 """The compiled admission: `monitor/admit.py`'s loop with its common case in C.
 
 A clean decision (no backslash, starts with its schema, decodes strictly, no content
-key in its maps, a zone on `ts`, a well-formed reason) is decoded here in one msgspec
-call; any other message goes to `ingest.parse`, which decides its fate exactly as in
-the reference. A slicing not yet in the slicer's cache is computed by `Slicer.keys`,
+key in its maps, well-formed identifiers, a zone on `ts`, a well-formed reason) is
+decoded here as `parts.decode_trace` does, with the parts' cache lookups in C; any other
+message goes to `ingest.parse`, which decides its fate exactly as in the reference. A slicing not yet in the slicer's cache is computed by `Slicer.keys`,
 label joins by `Joiner.on_trace`. tests/test_admit.py checks both loops leave a
 pipeline in the same state.
 """
@@ -20,15 +20,23 @@ from monitor.admit import CHUNK_TRACES
 from monitor.contract import CONTENT_FIELDS, KNOWN_REASONS, Trace, to_json
 from monitor.ingest import REASON_CODE, TRACE_PREFIX, Rejection, parse
 from monitor.labels import TraceRef
+from monitor.parts import CHECKS, REQUIREMENTS, SLICE, SYSTEM, WIRE, Unusual
 from monitor.slices import query_length
 
-cdef object _DECODER = msgspec.json.Decoder(Trace)
-cdef tuple _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
+cdef object _WIRE = WIRE
+cdef tuple _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError,
+                             Unusual)
 cdef frozenset _CONTENT = CONTENT_FIELDS
 cdef frozenset _KNOWN = frozenset(KNOWN_REASONS)
 cdef object _CODE = REASON_CODE.fullmatch
 cdef bytes _PREFIX = TRACE_PREFIX
 cdef tuple _LENGTHS = tuple(query_length(tokens) for tokens in range(64))
+
+
+cdef inline object _part(part, raw):
+    """A repeating part of a decision by its exact bytes: cached, else decoded by `part`."""
+    cdef PyObject* found = PyDict_GetItem(part.cache, bytes(raw))
+    return part(raw) if found == NULL else <object>found
 
 
 cdef object _clean(bytes raw, Py_ssize_t max_bytes):
@@ -37,13 +45,15 @@ cdef object _clean(bytes raw, Py_ssize_t max_bytes):
     if n > max_bytes or memchr(<const char*>raw, 92, n) != NULL or not raw.startswith(_PREFIX):
         return None
     try:
-        trace = _DECODER.decode(raw)
+        w = _WIRE.decode(raw)
+        # parts.decode_trace, with the parts' cache lookups in C.
+        trace = Trace(w.trace_id, w.ts, _part(SYSTEM, w.system), w.decision, w.reason,
+                      w.otel, _part(SLICE, w.slice), w.query_tokens, w.cluster, w.rule,
+                      w.signals, w.retrieval, w.claims, _part(REQUIREMENTS, w.requirements),
+                      _part(CHECKS, w.checks), w.usage, w.evals)
     except _DECODE_ERRORS:
         return None
-    maps = trace.slice
-    if maps and not _CONTENT.isdisjoint(maps):
-        return None
-    maps = trace.signals
+    maps = trace.signals  # (a slice with a content key never leaves `_part`)
     if maps and not _CONTENT.isdisjoint(maps):
         return None
     maps = trace.evals

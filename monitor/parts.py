@@ -23,7 +23,7 @@ from msgspec import Raw
 
 from monitor.contract import CONTENT_FIELDS, DECISION_SCHEMA, Trace
 
-__all__ = ["CACHE_MAX", "Unusual", "decode_trace"]
+__all__ = ["CACHE_MAX", "CHECKS", "REQUIREMENTS", "SLICE", "SYSTEM", "WIRE", "Unusual", "decode_trace"]
 
 CACHE_MAX: Final = 4096  # distinct values kept per part; the cache starts over beyond it
 _PARTS: Final = ("system", "slice", "requirements", "checks")
@@ -79,9 +79,10 @@ class _Part:
 
 
 _MISSING: Final = object()
-_WIRE: Final[msgspec.json.Decoder[Any]] = msgspec.json.Decoder(_wire_model())
+WIRE: Final[msgspec.json.Decoder[Any]] = msgspec.json.Decoder(_wire_model())
 _TYPES: Final = {f.name: f.type for f in msgspec.structs.fields(Trace)}
-_SYSTEM, _SLICE, _REQUIREMENTS, _CHECKS = (_Part(name, _TYPES[name]) for name in _PARTS)
+# Each part is a callable (decode or look up; raises Unusual) with its `cache` by bytes.
+SYSTEM, SLICE, REQUIREMENTS, CHECKS = (_Part(name, _TYPES[name]) for name in _PARTS)
 if tuple(_TYPES) != (
         "trace_id", "ts", "system", "decision", "reason", "otel", "slice", "query_tokens",
         "cluster", "rule", "signals", "retrieval", "claims", "requirements", "checks",
@@ -93,10 +94,10 @@ def decode_trace(raw: bytes) -> Trace:
     """The `Trace` of a decision message, as `msgspec.json.Decoder(Trace)` would give.
 
     Raises msgspec's errors for the message as a whole, `Unusual` for a part."""
-    w = _WIRE.decode(raw)
+    w = WIRE.decode(raw)
     # Spelled out, in `Trace`'s field order (checked at import): a loop over the fields
     # cost more instructions than the parts save.
-    return Trace(w.trace_id, w.ts, _SYSTEM(w.system), w.decision, w.reason, w.otel,
-                 _SLICE(w.slice), w.query_tokens, w.cluster, w.rule, w.signals,
-                 w.retrieval, w.claims, _REQUIREMENTS(w.requirements), _CHECKS(w.checks),
+    return Trace(w.trace_id, w.ts, SYSTEM(w.system), w.decision, w.reason, w.otel,
+                 SLICE(w.slice), w.query_tokens, w.cluster, w.rule, w.signals,
+                 w.retrieval, w.claims, REQUIREMENTS(w.requirements), CHECKS(w.checks),
                  w.usage, w.evals)

@@ -62,4 +62,4 @@ def test_the_caches_stay_bounded_under_distinct_values():
     for i in range(parts.CACHE_MAX + 100):
         raw = HEAD + b'"system":{"release":"r"},"decision":"answer","slice":{"language":"v%d"}}' % i
         assert parts.decode_trace(raw).slice == {"language": f"v{i}"}
-    assert len(parts._SLICE.cache) <= parts.CACHE_MAX
+    assert len(parts.SLICE.cache) <= parts.CACHE_MAX
