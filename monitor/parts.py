@@ -23,7 +23,9 @@ from msgspec import Raw
 
 from monitor.contract import CONTENT_FIELDS, DECISION_SCHEMA, Trace
 
-__all__ = ["CACHE_MAX", "CHECKS", "REQUIREMENTS", "SLICE", "SYSTEM", "WIRE", "Unusual", "decode_trace"]
+__all__ = [
+    "CACHE_MAX", "CHECKS", "REQUIREMENTS", "SLICE", "SYSTEM", "WIRE", "Unusual", "decode_trace",
+]
 
 CACHE_MAX: Final = 4096  # distinct values kept per part; the cache starts over beyond it
 _PARTS: Final = ("system", "slice", "requirements", "checks")
