@@ -16,7 +16,7 @@ from libc.string cimport memchr
 
 import msgspec
 
-from monitor.admit import CHUNK_TRACES
+from monitor.admit import CHUNK_TRACES, COMPONENTS_MAX
 from monitor.contract import CONTENT_FIELDS, KNOWN_REASONS, Trace, to_json
 from monitor.ingest import REASON_CODE, TRACE_PREFIX, Rejection, parse
 from monitor.labels import TraceRef
@@ -182,3 +182,63 @@ def admit(pipe, list raws, list dead, list deltas):
     count["duplicates"] += duplicates
     count["late"] += late
     return n, dropped
+
+
+def fold_chunk(pipe, list chunk):
+    """`monitor.admit.fold_chunk_python`, compiled: same arguments, same effects."""
+    cdef Py_ssize_t i, j, n = len(chunk)
+    cdef dict by_window
+    cdef list items, traces, slicings, exemplars
+    if n == 0:
+        return
+    start = chunk[0][0]
+    for i in range(1, n):
+        if chunk[i][0] != start:
+            break
+    else:
+        _fold_window(pipe, start, chunk)  # nearly always: a chunk within one window
+        return
+    by_window = {}
+    for item in chunk:
+        by_window.setdefault(item[0], []).append(item)
+    for start, items in by_window.items():
+        _fold_window(pipe, start, items)
+
+
+cdef void _fold_window(pipe, start, list items) except *:
+    cdef Py_ssize_t j, m = len(items)
+    cdef list traces = [None] * m, slicings = [None] * m, exemplars = [None] * m
+    cdef dict latest = {}, newest = {}
+    cdef dict in_window
+    cdef PyObject* found
+    for j in range(m):
+        item = <tuple>items[j]
+        traces[j] = item[1]
+        slicings[j] = item[2]
+        exemplars[j] = item[3]
+    pipe.folder.fold(pipe.windows.table(start), traces, slicings, exemplars,
+                     pipe.last_traces.setdefault(start, []))
+    pipe.input["folded"] += m
+    in_window = pipe.components.setdefault(start, {})
+    for j in range(m):
+        release, system = (<tuple>slicings[j])[0], traces[j].system
+        found = PyDict_GetItem(latest, release)
+        if found != NULL and <object>found == system:
+            continue
+        latest[release] = system
+        seen_components = in_window.setdefault(release, set())
+        if len(seen_components) < COMPONENTS_MAX:
+            seen_components.add(system.components())
+    for j in range(m):
+        otel = traces[j].otel
+        if otel is not None and otel.trace_id:
+            newest[(slicings[j], traces[j].decision)] = j
+    if not newest:
+        return
+    cells_of, cells = pipe.cells_of, pipe.exemplars
+    for j in sorted(newest.values()):
+        trace = traces[j]
+        decision = trace.decision
+        exemplar = (trace.otel.trace_id, exemplars[j][2], trace.signals.get("top_score"))
+        for key in cells_of(slicings[j]):
+            cells[(key, decision)] = exemplar

@@ -1,31 +1,75 @@
-"""Admission of a batch of decision messages: what decides each one's fate, in one pass.
+"""The hot path of `Pipeline.feed`: admission of a batch of decision messages, and the
+folding of the kept ones a chunk at a time.
 
-Per message: parse (ingest), duplicate check, lateness, slicing, first sighting (and
-the journal), then into a chunk that the pipeline folds every `CHUNK_TRACES` traces.
-This is the per-message part of `Pipeline.feed`; `pipe` is that Pipeline (typed `Any`:
-the pipeline imports this module, not the other way round).
+`admit`, per message: parse (ingest), duplicate check, lateness, slicing, first
+sighting (and the journal), then into a chunk that `fold_chunk` folds every
+`CHUNK_TRACES` traces (the window tables, version components, last trace per cell,
+OpenTelemetry exemplars). `pipe` is the Pipeline (typed `Any`: the pipeline imports
+this module, not the other way round).
 
-`admit` is the compiled version (`monitor/_admit.pyx`, built by `pip install`) when
-there is one, else `admit_python`, which is the reference: tests/test_admit.py checks
-both leave a pipeline in the same state. The compiled one runs the common case (a
-clean decision, first seen, in time, slicing cached) in C and hands everything else to
-the same Python code as here (`ingest.parse`, `Slicer.keys`, `Joiner.on_trace`).
+Both are compiled (`monitor/_admit.pyx`, built by `pip install`) when there is a C
+compiler, else `admit_python` and `fold_chunk_python`, which are the reference:
+tests/test_admit.py checks both leave a pipeline in the same state. The compiled
+admission runs the common case (a clean decision, first seen, in time, slicing cached)
+in C and hands everything else to the same Python code as here (`ingest.parse`,
+`Slicer.keys`, `Joiner.on_trace`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from monitor.contract import Trace, to_json
+from monitor.contract import System, Trace, to_json
 from monitor.ingest import Rejection, parse
 from monitor.labels import Delta, TraceRef
 
-__all__ = ["CHUNK_TRACES", "COMPILED", "admit", "admit_python"]
+__all__ = [
+    "CHUNK_TRACES", "COMPILED", "COMPONENTS_MAX", "admit", "admit_python", "fold_chunk",
+    "fold_chunk_python",
+]
 
 # Kept traces are folded in chunks of this many: small enough that the decoded traces
 # stay in cache between parsing and folding: reading a thousand decoded traces (a few MB)
 # field by field after parsing them all measured ~2x slower here, parsing included.
 CHUNK_TRACES: Final = 64
+COMPONENTS_MAX: Final = 64  # distinct version tuples remembered per release and window
+
+
+def fold_chunk_python(pipe: Any, chunk: list[tuple[int, Trace, Any, Any]]) -> None:
+    """`Pipeline.fold_chunk`: fold a chunk of kept traces into their windows; note each
+    window's version components, last trace per slicing and OpenTelemetry exemplars."""
+    by_window: dict[int, list[tuple[int, Trace, Any, Any]]] = {}
+    for item in chunk:
+        by_window.setdefault(item[0], []).append(item)
+    for start, items in by_window.items():
+        traces = [item[1] for item in items]
+        slicings = [item[2] for item in items]
+        exemplars = [item[3] for item in items]
+        pipe.folder.fold(pipe.windows.table(start), traces, slicings, exemplars,
+                         pipe.last_traces.setdefault(start, []))
+        pipe.input["folded"] += len(traces)
+        in_window = pipe.components.setdefault(start, {})
+        # Consecutive traces of a release mostly share their versions: comparing with
+        # the release's previous System is cheaper than hashing every one.
+        latest: dict[str, System] = {}
+        for slicing, trace in zip(slicings, traces, strict=True):
+            release, system = slicing[0], trace.system
+            if latest.get(release) == system:
+                continue
+            latest[release] = system
+            seen_components = in_window.setdefault(release, set())
+            if len(seen_components) < COMPONENTS_MAX:
+                seen_components.add(system.components())
+        traced = [i for i, t in enumerate(traces) if t.otel is not None and t.otel.trace_id]
+        # The newest trace per (slicing, decision), applied oldest first: a cell shared
+        # by several slicings (the release total) ends with the newest of all.
+        newest = {(slicings[i], traces[i].decision): i for i in traced}
+        for i in sorted(newest.values()):
+            trace = traces[i]
+            assert trace.otel is not None and trace.otel.trace_id is not None
+            exemplar = (trace.otel.trace_id, exemplars[i][2], trace.signals.get("top_score"))
+            for key in pipe.cells_of(slicings[i]):
+                pipe.exemplars[(key, trace.decision)] = exemplar
 
 
 def admit_python(pipe: Any, raws: list[bytes], dead: list[tuple[int, Rejection]],
@@ -81,7 +125,7 @@ def admit_python(pipe: Any, raws: list[bytes], dead: list[tuple[int, Rejection]]
 
 # Imported last: the compiled module reads CHUNK_TRACES from this one.
 try:
-    from monitor._admit import admit  # type: ignore[import-not-found, unused-ignore]
+    from monitor._admit import admit, fold_chunk  # type: ignore[import-not-found, unused-ignore]
 except ImportError:  # no C compiler at install time
-    admit = admit_python
+    admit, fold_chunk = admit_python, fold_chunk_python
 COMPILED = admit is not admit_python

@@ -49,7 +49,9 @@ class Folder:
         `exemplars[i]` the last trace of those cells: `last[row]`, grown to the table."""
         if not traces:
             return
-        rows = table.row_tuples(slicings)  # may grow the arrays: read them after
+        # Table.row_tuples (in C when compiled); may grow the arrays: read them after.
+        rows = (table.row_tuples(slicings) if self._codes is None
+                else _fold.row_tuples(table._rows, slicings, table._rows_for))
         if len(last) < len(table):
             last.extend([None] * (len(table) - len(last)))
         if self._codes is None:

@@ -14,7 +14,7 @@ from typing import Final, NamedTuple
 
 from monitor import admit, fold
 from monitor.aggregate import TOTAL, CellKey, Table
-from monitor.contract import Feedback, Label, System, Trace
+from monitor.contract import Feedback, Label, Trace
 from monitor.dedupe import Seen
 from monitor.fold import Exemplar, Folder
 from monitor.ingest import Accepted, Rejection, parse
@@ -31,7 +31,6 @@ _SLICINGS_CACHED: Final = 10_000
 # (monitor/merge.py), which reads checkpoints about once a second: windows close far
 # slower unless a backlog of old traffic is read.
 RECENT_CLOSED: Final = 4
-_COMPONENTS_MAX: Final = 64  # distinct version tuples remembered per release and window
 INPUT_COUNTERS: Final = (
     "read", "valid", "rejected", "duplicates", "late", "folded", "content_fields_dropped",
 )
@@ -83,6 +82,7 @@ class Pipeline:
         `compiled=False` runs the pure-Python admission and fold (the references) even
         where the compiled ones are built."""
         self._admit = admit.admit if compiled else admit.admit_python
+        self._fold_chunk = admit.fold_chunk if compiled else admit.fold_chunk_python
         self.settings = settings
         self.layout: Layout = from_settings(settings)
         self.slicer = slicer or Slicer(settings.slice_dimensions, settings.slice_values_max,
@@ -140,41 +140,10 @@ class Pipeline:
         return dead
 
     def fold_chunk(self, chunk: list[tuple[int, Trace, Slicing, Exemplar]]) -> None:
-        """Fold a chunk of kept traces into their windows; note each window's version
-        components, last trace per slicing and OpenTelemetry exemplars."""
-        by_window: dict[int, list[tuple[int, Trace, Slicing, Exemplar]]] = {}
-        for item in chunk:
-            by_window.setdefault(item[0], []).append(item)
-        for start, items in by_window.items():
-            traces = [item[1] for item in items]
-            slicings = [item[2] for item in items]
-            exemplars = [item[3] for item in items]
-            self.folder.fold(self.windows.table(start), traces, slicings, exemplars,
-                             self.last_traces.setdefault(start, []))
-            self.input["folded"] += len(traces)
-            in_window = self.components.setdefault(start, {})
-            # Consecutive traces of a release mostly share their versions: comparing with
-            # the release's previous System is cheaper than hashing every one.
-            latest: dict[str, System] = {}
-            for slicing, trace in zip(slicings, traces, strict=True):
-                release, system = slicing[0], trace.system
-                if latest.get(release) == system:
-                    continue
-                latest[release] = system
-                seen_components = in_window.setdefault(release, set())
-                if len(seen_components) < _COMPONENTS_MAX:
-                    seen_components.add(system.components())
-            traced = [i for i, t in enumerate(traces)
-                      if t.otel is not None and t.otel.trace_id]
-            # The newest trace per (slicing, decision), applied oldest first: a cell shared
-            # by several slicings (the release total) ends with the newest of all.
-            newest = {(slicings[i], traces[i].decision): i for i in traced}
-            for i in sorted(newest.values()):
-                trace = traces[i]
-                assert trace.otel is not None and trace.otel.trace_id is not None
-                exemplar = (trace.otel.trace_id, exemplars[i][2], trace.signals.get("top_score"))
-                for key in self._cells_of(slicings[i]):
-                    self.exemplars[(key, trace.decision)] = exemplar
+        """Fold a chunk of kept traces (`(window start, trace, slicing, exemplar)`) into
+        their windows; note each window's version components, last trace per slicing
+        and OpenTelemetry exemplars (`monitor/admit.py`)."""
+        self._fold_chunk(self, chunk)
 
     def feed_events(self, raws: Iterable[bytes], kind: str) -> list[tuple[int, Rejection]]:
         """Fold label (`kind="labels"`) or feedback (`"feedback"`) messages."""
@@ -198,7 +167,7 @@ class Pipeline:
         self._apply(deltas)
         return dead
 
-    def _cells_of(self, slicing: Slicing) -> tuple[CellKey, ...]:
+    def cells_of(self, slicing: Slicing) -> tuple[CellKey, ...]:
         """The cells a slicing feeds: its release total and one per slice pair."""
         keys = self._cell_keys.get(slicing)
         if keys is None:
