@@ -9,9 +9,79 @@ the trace's cells as it is read. Per trace that is a few dozen attribute reads a
 """
 
 from cpython.dict cimport PyDict_GetItem
-from cpython.ref cimport PyObject
+from cpython.ref cimport PyObject, Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdlib cimport free, realloc
 from libc.string cimport memset
+
+from monitor.aggregate import TOTAL
+from monitor.contract import Check, Claim, Requirements, Trace, Usage
+
+
+# Fields of the contract's Structs are read from their slots. msgspec stores each field
+# in a slot described by a member descriptor; `getattr` finds it through the type's
+# attribute lookup (~150 instructions), the slot at its offset is one load: ~4% of the
+# replay's instructions. The offsets are read from the descriptors at import and checked
+# against getattr on an instance of each type there; `_of` checks an object's exact type.
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDef:
+        Py_ssize_t offset
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+
+
+cdef Py_ssize_t _offset(cls, str name) except -1:
+    descriptor = cls.__dict__[name]
+    if type(descriptor).__name__ != "member_descriptor":
+        raise ImportError(f"{cls.__name__}.{name} is not a slot: monitor._fold needs one")
+    return (<PyMemberDescrObject*><PyObject*>descriptor).d_member.offset
+
+
+cdef inline object _slot(object obj, Py_ssize_t offset):
+    cdef PyObject* value = (<PyObject**>((<char*><PyObject*>obj) + offset))[0]
+    if value == NULL:
+        raise AttributeError(offset)
+    return <object>value
+
+
+cdef inline object _of(object obj, cls):
+    if type(obj) is not cls:
+        raise TypeError(f"expected {cls.__name__}, got {type(obj).__name__}")
+    return obj
+
+
+cdef Py_ssize_t T_DECISION = _offset(Trace, "decision"), T_REASON = _offset(Trace, "reason")
+cdef Py_ssize_t T_SIGNALS = _offset(Trace, "signals"), T_CLAIMS = _offset(Trace, "claims")
+cdef Py_ssize_t T_REQUIREMENTS = _offset(Trace, "requirements")
+cdef Py_ssize_t T_CHECKS = _offset(Trace, "checks"), T_USAGE = _offset(Trace, "usage")
+cdef Py_ssize_t T_EVALS = _offset(Trace, "evals")
+cdef Py_ssize_t C_VERDICT = _offset(Claim, "verdict"), C_IMPORTANCE = _offset(Claim, "importance")
+cdef Py_ssize_t C_RENDERED = _offset(Claim, "rendered")
+cdef Py_ssize_t R_EXPECTED = _offset(Requirements, "expected")
+cdef Py_ssize_t R_COVERED = _offset(Requirements, "covered")
+cdef Py_ssize_t R_CRITICAL = _offset(Requirements, "critical")
+cdef Py_ssize_t R_RUBRIC = _offset(Requirements, "rubric")
+cdef Py_ssize_t K_CITATION = _offset(Check, "citation"), K_VERBATIM = _offset(Check, "verbatim")
+cdef Py_ssize_t K_SELF_CHECK = _offset(Check, "self_check")
+cdef Py_ssize_t U_LATENCY = _offset(Usage, "latency_ms"), U_COST = _offset(Usage, "cost")
+cdef Py_ssize_t U_INPUT = _offset(Usage, "input_tokens")
+cdef Py_ssize_t U_OUTPUT = _offset(Usage, "output_tokens")
+cdef Py_ssize_t U_CALLS = _offset(Usage, "model_calls")
+
+
+def _check_slots():
+    """Every offset reads what getattr reads, on an instance with a distinct value per
+    field (a Struct's constructor does not check types: decoding does)."""
+    import msgspec
+    for cls in (Trace, Claim, Requirements, Check, Usage):
+        names = [field.name for field in msgspec.structs.fields(cls)]
+        probe = cls(*[object() for _ in names])
+        for name in names:
+            if _slot(probe, _offset(cls, name)) is not getattr(probe, name):
+                raise ImportError(f"{cls.__name__}.{name}: its slot is not where it says")
+
+
+_check_slots()
 
 cdef class Hist:
     """One histogram of the layout: bins at `offset`, count, sum and sum of squares."""
@@ -187,26 +257,28 @@ def fold(list traces, list rows, long long[:, ::1] counts, double[:, ::1] sums,
         exemplar = exemplars[i]
         for r in range(nrows):
             last[cells[r]] = exemplar
-        decision = t.decision
+        _of(t, Trace)
+        decision = _slot(t, T_DECISION)
         bump(counts, cells, nrows, codes.traces)
         bump(counts, cells, nrows, codes.decision[decision])
-        reason = t.reason
+        reason = _slot(t, T_REASON)
         if reason is not None:
             bump(counts, cells, nrows, codes.reason.get(reason, codes.reason_other))
-        signals = t.signals
-        claims = t.claims
+        signals = _slot(t, T_SIGNALS)
+        claims = _slot(t, T_CLAIMS)
         supported = 0
         claimed = len(claims)
         if claimed:
             bump(counts, cells, nrows, codes.claims_traces)
             leak = False
             for c in claims:
-                verdict = c.verdict
-                importance = c.importance
+                _of(c, Claim)
+                verdict = _slot(c, C_VERDICT)
+                importance = _slot(c, C_IMPORTANCE)
                 bump(counts, cells, nrows, codes.claim[importance][verdict])
                 if verdict == "supported":
                     supported += 1
-                elif importance == "critical" and c.rendered:
+                elif importance == "critical" and _slot(c, C_RENDERED):
                     leak = True
             # A gate leak (CONTRACT.md): answered with a rendered, unsupported critical claim.
             if leak and decision != "abstain":
@@ -218,31 +290,39 @@ def fold(list traces, list rows, long long[:, ::1] counts, double[:, ::1] sums,
                 found = signals.get(h.name)
                 if found is not None:
                     observe(counts, sums, cells, nrows, h, found)
-        req = t.requirements
-        if req is not None and req.expected:
+        req = _slot(t, T_REQUIREMENTS)
+        if req is not None and _slot(_of(req, Requirements), R_EXPECTED):
             _requirements(req, counts, sums, tally, cells, nrows, codes, admit_missing)
-        checks = t.checks
+        checks = _slot(t, T_CHECKS)
         if checks is not None:
-            if checks.citation:
+            _of(checks, Check)
+            if _slot(checks, K_CITATION):
                 bump(counts, cells, nrows, codes.citation_true)
-                if checks.verbatim is False:
+                if _slot(checks, K_VERBATIM) is False:
                     bump(counts, cells, nrows, codes.citation_verbatim_false)
-            if checks.self_check is not None:
-                bump(counts, cells, nrows, codes.self_check[checks.self_check])
-        usage = t.usage
+            self_check = _slot(checks, K_SELF_CHECK)
+            if self_check is not None:
+                bump(counts, cells, nrows, codes.self_check[self_check])
+        usage = _slot(t, T_USAGE)
         if usage is not None:
+            _of(usage, Usage)
             bump(counts, cells, nrows, codes.usage_traces)
-            if usage.latency_ms is not None:
-                observe(counts, sums, cells, nrows, codes.latency, usage.latency_ms)
-            if usage.cost is not None:
-                observe(counts, sums, cells, nrows, codes.cost, usage.cost)
-            if usage.input_tokens is not None:
-                put(sums, cells, nrows, codes.input_tokens_sum, usage.input_tokens)
-            if usage.output_tokens is not None:
-                put(sums, cells, nrows, codes.output_tokens_sum, usage.output_tokens)
-            if usage.model_calls is not None:
-                put(sums, cells, nrows, codes.model_calls_sum, usage.model_calls)
-        evals = t.evals
+            value = _slot(usage, U_LATENCY)
+            if value is not None:
+                observe(counts, sums, cells, nrows, codes.latency, value)
+            value = _slot(usage, U_COST)
+            if value is not None:
+                observe(counts, sums, cells, nrows, codes.cost, value)
+            value = _slot(usage, U_INPUT)
+            if value is not None:
+                put(sums, cells, nrows, codes.input_tokens_sum, value)
+            value = _slot(usage, U_OUTPUT)
+            if value is not None:
+                put(sums, cells, nrows, codes.output_tokens_sum, value)
+            value = _slot(usage, U_CALLS)
+            if value is not None:
+                put(sums, cells, nrows, codes.model_calls_sum, value)
+        evals = _slot(t, T_EVALS)
         if evals:
             for name, score in evals.items():
                 pair = codes.evals.get(name)
@@ -254,8 +334,8 @@ def fold(list traces, list rows, long long[:, ::1] counts, double[:, ::1] sums,
 
 cdef void _requirements(req, long long[:, ::1] counts, double[:, ::1] sums, Tally tally,
                         long long* cells, int nrows, Codes codes, admit_missing) except *:
-    expected = req.expected
-    covered = req.covered
+    expected = _slot(req, R_EXPECTED)
+    covered = _slot(req, R_COVERED)
     bump(counts, cells, nrows, codes.requirements_traces)
     if expected == covered:
         bump(counts, cells, nrows, codes.requirements_all)
@@ -270,24 +350,51 @@ cdef void _requirements(req, long long[:, ::1] counts, double[:, ::1] sums, Tall
             bump(counts, cells, nrows, codes.requirements_all)
         put(sums, cells, nrows, codes.coverage_sum,
             <double>(len(distinct) - len(missing)) / len(distinct))
-    critical = req.critical
+    critical = _slot(req, R_CRITICAL)
     if critical:
         for c in critical:
             if c not in covered:
                 bump(counts, cells, nrows, codes.requirements_critical_missed)
                 break
-    rubric = req.rubric
+    rubric = _slot(req, R_RUBRIC)
     tally.add(cells, nrows, "rubric", rubric if rubric else "unversioned")
 
 
-def row_tuples(dict cache, list slicings, rows_for):
-    """`Table.row_tuples` with its cache lookups in C: `cache` is the table's rows by
-    slicing, `rows_for` allocates a slicing's rows on a miss."""
-    cdef Py_ssize_t i, n = len(slicings)
+def row_tuples(table, list slicings):
+    """`Table.row_tuples` with its lookups in C: the rows of each slicing's cells (its
+    release total, then one per slice pair; -1 pads), allocating new cells' rows."""
+    cdef dict cache = table._rows, index = table.index
+    cdef Py_ssize_t i, j, n = len(slicings), width = table.layout.cells_per_trace
     cdef list rows = [None] * n
+    cdef tuple padded
     cdef PyObject* found
+    allocate = table.row
     for i in range(n):
         key = slicings[i]
         found = PyDict_GetItem(cache, key)
-        rows[i] = rows_for(key) if found == NULL else <object>found
+        if found != NULL:
+            rows[i] = <object>found
+            continue
+        release, pairs = key
+        if len(pairs) >= width:
+            rows[i] = table._rows_for(key)  # more cells than a trace has: Table decides
+            continue
+        padded = PyTuple_New(width)
+        for j in range(width):
+            if j == 0:
+                cell = (release, TOTAL, TOTAL)
+            elif j <= len(pairs):
+                dimension, value = pairs[j - 1]
+                cell = (release, dimension, value)
+            else:
+                row = -1
+                Py_INCREF(row)
+                PyTuple_SET_ITEM(padded, j, row)
+                continue
+            found = PyDict_GetItem(index, cell)
+            row = allocate(cell) if found == NULL else <object>found
+            Py_INCREF(row)
+            PyTuple_SET_ITEM(padded, j, row)
+        cache[key] = padded
+        rows[i] = padded
     return rows

@@ -24,7 +24,9 @@ class Seen(Generic[Ref]):
         self.horizon_seconds = horizon_seconds
         self.max_entries = max_entries
         self.refs: dict[str, Ref] = {}
-        self._order: deque[tuple[float, str]] = deque()
+        # (ts, trace_id) in arrival order; the compiled admission (monitor/_admit.pyx)
+        # adds to `refs` and `order` itself, as `first` does.
+        self.order: deque[tuple[float, str]] = deque()
         self.evicted_early = 0
 
     def __len__(self) -> int:
@@ -34,7 +36,7 @@ class Seen(Generic[Ref]):
         if trace_id in self.refs:
             return False
         self.refs[trace_id] = ref
-        self._order.append((ts, trace_id))
+        self.order.append((ts, trace_id))
         if len(self.refs) > self.max_entries:
             self._pop()
             self.evicted_early += 1
@@ -47,11 +49,11 @@ class Seen(Generic[Ref]):
         """Forget entries older than the horizon (in arrival order); returns how many."""
         cutoff = watermark - self.horizon_seconds
         n = 0
-        while self._order and self._order[0][0] < cutoff:
+        while self.order and self.order[0][0] < cutoff:
             self._pop()
             n += 1
         return n
 
     def _pop(self) -> None:
-        _, trace_id = self._order.popleft()
+        _, trace_id = self.order.popleft()
         self.refs.pop(trace_id, None)

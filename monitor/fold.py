@@ -51,7 +51,7 @@ class Folder:
             return
         # Table.row_tuples (in C when compiled); may grow the arrays: read them after.
         rows = (table.row_tuples(slicings) if self._codes is None
-                else _fold.row_tuples(table._rows, slicings, table._rows_for))
+                else _fold.row_tuples(table, slicings))
         if len(last) < len(table):
             last.extend([None] * (len(table) - len(last)))
         if self._codes is None:
