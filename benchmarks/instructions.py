@@ -9,9 +9,10 @@ cache-warm loop (RESULTS.md), do not show. Use it to compare two versions of the
 
     python benchmarks/instructions.py --traces 20000 [--against /path/to/other/checkout]
 
-Stages: msgspec decode only, `ingest.parse`, the full pipeline with the compiled fold
-and with the pure-Python fold (as `replay_throughput.py`, batches of 1000). The other
-checkout needs its compiled fold built (`python setup.py build_ext --inplace` there).
+Stages: msgspec decode only, `ingest.parse`, the full pipeline compiled (admission and
+fold, monitor/_admit.pyx and _fold.pyx) and pure Python (as `replay_throughput.py`,
+batches of 1000). The other checkout needs its compiled parts built (`python setup.py
+build_ext --inplace` there).
 """
 
 from __future__ import annotations
@@ -52,8 +53,12 @@ def run_stage(stage: str, n: int) -> None:
         for raw in lines:
             parse(raw)
     else:
-        pipeline = Pipeline(load())
-        pipeline.folder = Folder(pipeline.layout, pipeline.admit_missing, stage == "compiled")
+        try:  # compiled admission and fold, or the pure-Python references
+            pipeline = Pipeline(load(), compiled=stage == "compiled")
+        except TypeError:  # a checkout from before monitor/_admit.pyx: only the fold
+            pipeline = Pipeline(load())
+            pipeline.folder = Folder(pipeline.layout, pipeline.admit_missing,
+                                     stage == "compiled")
         for i in range(0, len(lines), 1000):
             pipeline.feed(lines[i:i + 1000])
             pipeline.close_ready()

@@ -16,8 +16,9 @@ as ratios:
    here; this one 75k/s);
 3. ingest.parse per message (validation + content scan, no aggregation);
 4. the full pipeline (parse, dedupe, lateness, slicing, fold, window closing) as
-   `ragmon replay` runs it, in batches of 1000, with the pure-Python fold (column-wise
-   encode + scatter) and with the compiled fold (monitor/_fold.pyx), rounds interleaved.
+   `ragmon replay` runs it, in batches of 1000: pure Python (the references: per-message
+   admission in monitor/admit.py, column-wise encode + scatter) and compiled (admission
+   and fold in C: monitor/_admit.pyx, monitor/_fold.pyx), rounds interleaved.
 
     python benchmarks/replay_throughput.py --traces 200000 [--repeat 3]
 """
@@ -33,9 +34,9 @@ from pathlib import Path
 import msgspec
 import orjson
 
+from monitor import admit, fold
 from monitor.cli import tune_gc
 from monitor.contract import Event
-from monitor.fold import COMPILED, Folder
 from monitor.ingest import parse
 from monitor.pipeline import Pipeline
 from monitor.settings import load
@@ -114,8 +115,7 @@ def main() -> None:
             parse(raw)
 
     def full(compiled: bool) -> None:
-        pipeline = Pipeline(load())
-        pipeline.folder = Folder(pipeline.layout, pipeline.admit_missing, compiled)
+        pipeline = Pipeline(load(), compiled=compiled)
         for i in range(0, len(lines), 1000):
             pipeline.feed(lines[i : i + 1000])
             pipeline.close_ready()
@@ -125,9 +125,9 @@ def main() -> None:
     print(f"{len(lines)} traces, mean {size:.0f} bytes")
     stages = [("msgspec decode only", decode_only), (YARDSTICK, yardstick),
               ("ingest.parse", parse_only),
-              ("full pipeline, Python fold", lambda: full(False))]
-    if COMPILED:
-        stages.append(("full pipeline, compiled fold", lambda: full(True)))
+              ("full pipeline, pure Python", lambda: full(False))]
+    if admit.COMPILED and fold.COMPILED:
+        stages.append(("full pipeline, compiled", lambda: full(True)))
     for gc_mode in ("default gc", "tuned gc (as ragmon replay)"):
         if gc_mode.startswith("tuned"):
             tune_gc()

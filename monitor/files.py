@@ -35,15 +35,19 @@ def batches(path: str, progress: Progress) -> Iterator[tuple[list[int], list[byt
     with stream if path != "-" else ExitStack():
         batch: list[bytes] = []
         numbers: list[int] = []
+        size = 0  # bytes read since the progress bar last moved (once a batch: it locks)
         for number, line in enumerate(stream, 1):
-            progress.advance(len(line))
+            size += len(line)
             line = line.rstrip(b"\r\n")
-            if line.strip():
+            if line and not line.isspace():  # (strip() would copy the line to know)
                 batch.append(line)
                 numbers.append(number)
-            if len(batch) >= BATCH:
-                yield numbers, batch
-                batch, numbers = [], []
+                if len(batch) >= BATCH:
+                    progress.advance(size)
+                    size = 0
+                    yield numbers, batch
+                    batch, numbers = [], []
+        progress.advance(size)
         if batch:
             yield numbers, batch
 
