@@ -4,9 +4,10 @@
 A clean decision (no backslash, starts with its schema, decodes strictly, no content
 key in its maps, well-formed identifiers, a zone on `ts`, a well-formed reason) is
 decoded here as `parts.decode_trace` does, with the parts' cache lookups in C; any other
-message goes to `ingest.parse`, which decides its fate exactly as in the reference. A slicing not yet in the slicer's cache is computed by `Slicer.keys`,
-label joins by `Joiner.on_trace`. tests/test_admit.py checks both loops leave a
-pipeline in the same state.
+message goes to `ingest.parse`, which decides its fate exactly as in the reference. A
+slicing not yet in the slicer's cache is computed by `Slicer.keys`, label joins by
+`Joiner.on_trace`. `fold_chunk` is `admit.fold_chunk_python` in C. tests/test_admit.py
+checks a compiled and a pure-Python pipeline end in the same state.
 """
 
 from cpython.dict cimport PyDict_GetItem

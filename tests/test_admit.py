@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import traces
 
-from monitor import admit
+from monitor import admit, fold
 from monitor.pipeline import Pipeline
 from monitor.settings import load
 from monitor.simulate import Simulator
@@ -30,9 +30,13 @@ SETTINGS = load(slice_values_max=3, releases_max=2, allowed_lateness_seconds=60,
                 trace_retention_max=1_000)
 
 
-def test_the_compiled_admission_is_the_one_in_use_where_it_was_built():
-    built = list(Path(admit.__file__).parent.glob("_admit.*.so"))
-    assert bool(built) == admit.COMPILED, "monitor/_admit.pyx is built but does not import"
+@pytest.mark.parametrize("module", [admit, fold])
+def test_a_compiled_module_is_the_one_in_use_where_it_was_built(module):
+    """A build that does not import (its checks refuse it, or a name moved) would
+    otherwise fall back to Python silently, and the compiled tests would be skipped."""
+    name = module.__name__.rpartition(".")[2]
+    built = list(Path(module.__file__).parent.glob(f"_{name}.*.so"))
+    assert bool(built) == module.COMPILED, f"monitor/_{name}.pyx is built but does not import"
 
 
 pytestmark = pytest.mark.skipif(not admit.COMPILED, reason="monitor._admit not built")
