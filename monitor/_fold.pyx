@@ -31,7 +31,7 @@ cdef extern from "Python.h":
 
 
 cdef Py_ssize_t _offset(cls, str name) except -1:
-    descriptor = cls.__dict__[name]
+    descriptor = cls.__dict__.get(name)  # (anything unexpected: ImportError, Python fold)
     if type(descriptor).__name__ != "member_descriptor":
         raise ImportError(f"{cls.__name__}.{name} is not a slot: monitor._fold needs one")
     return (<PyMemberDescrObject*><PyObject*>descriptor).d_member.offset
