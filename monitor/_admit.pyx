@@ -188,8 +188,7 @@ def admit(pipe, list raws, list dead, list deltas):
         refs[trace_id] = ref
         order_append((ts, trace_id))
         if len(refs) > retained_max:
-            seen._pop()
-            seen.evicted_early += 1
+            seen.evict_oldest()
         if journal is not None:
             journal.append((trace_id, ts, ref))
         chunk.append((start, trace, slicing, (base + index, trace_id, ts)))

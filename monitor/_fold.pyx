@@ -9,8 +9,7 @@ the trace's cells as it is read. Per trace that is a few dozen attribute reads a
 """
 
 from cpython.dict cimport PyDict_GetItem
-from cpython.ref cimport PyObject, Py_INCREF
-from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from cpython.ref cimport PyObject
 from libc.stdlib cimport free, realloc
 from libc.string cimport memset
 
@@ -362,11 +361,11 @@ cdef void _requirements(req, long long[:, ::1] counts, double[:, ::1] sums, Tall
 
 def row_tuples(table, list slicings):
     """`Table.row_tuples` with its lookups in C: the rows of each slicing's cells (its
-    release total, then one per slice pair; -1 pads), allocating new cells' rows."""
+    release total, then one per slice pair; -1 pads), allocating new cells' rows as
+    `Table._rows_for` does."""
     cdef dict cache = table._rows, index = table.index
-    cdef Py_ssize_t i, j, n = len(slicings), width = table.layout.cells_per_trace
-    cdef list rows = [None] * n
-    cdef tuple padded
+    cdef Py_ssize_t i, n = len(slicings), width = table.layout.cells_per_trace
+    cdef list rows = [None] * n, new
     cdef PyObject* found
     allocate = table.row
     for i in range(n):
@@ -376,25 +375,15 @@ def row_tuples(table, list slicings):
             rows[i] = <object>found
             continue
         release, pairs = key
-        if len(pairs) >= width:
-            rows[i] = table._rows_for(key)  # more cells than a trace has: Table decides
-            continue
-        padded = PyTuple_New(width)
-        for j in range(width):
-            if j == 0:
-                cell = (release, TOTAL, TOTAL)
-            elif j <= len(pairs):
-                dimension, value = pairs[j - 1]
-                cell = (release, dimension, value)
-            else:
-                row = -1
-                Py_INCREF(row)
-                PyTuple_SET_ITEM(padded, j, row)
-                continue
-            found = PyDict_GetItem(index, cell)
-            row = allocate(cell) if found == NULL else <object>found
-            Py_INCREF(row)
-            PyTuple_SET_ITEM(padded, j, row)
-        cache[key] = padded
-        rows[i] = padded
+        new = [_row(index, allocate, (release, TOTAL, TOTAL))]
+        for dimension, value in pairs:
+            new.append(_row(index, allocate, (release, dimension, value)))
+        new.extend([-1] * (width - len(new)))
+        rows[i] = cache[key] = tuple(new)
     return rows
+
+
+cdef inline object _row(dict index, allocate, tuple cell):
+    """The row of a cell (`Table.row`): looked up in C, allocated by the table if new."""
+    cdef PyObject* found = PyDict_GetItem(index, cell)
+    return allocate(cell) if found == NULL else <object>found

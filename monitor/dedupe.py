@@ -25,7 +25,7 @@ class Seen(Generic[Ref]):
         self.max_entries = max_entries
         self.refs: dict[str, Ref] = {}
         # (ts, trace_id) in arrival order; the compiled admission (monitor/_admit.pyx)
-        # adds to `refs` and `order` itself, as `first` does.
+        # adds to `refs` and `order` itself, as `first` does, and calls `evict_oldest`.
         self.order: deque[tuple[float, str]] = deque()
         self.evicted_early = 0
 
@@ -38,9 +38,13 @@ class Seen(Generic[Ref]):
         self.refs[trace_id] = ref
         self.order.append((ts, trace_id))
         if len(self.refs) > self.max_entries:
-            self._pop()
-            self.evicted_early += 1
+            self.evict_oldest()
         return True
+
+    def evict_oldest(self) -> None:
+        """Forget the oldest entry before its time: the bound `max_entries` was exceeded."""
+        self._pop()
+        self.evicted_early += 1
 
     def get(self, trace_id: str) -> Ref | None:
         return self.refs.get(trace_id)

@@ -51,6 +51,8 @@ class Slicer:
         self.dimensions = dimensions
         self.releases = Cap(releases_max)
         self.values = {dim: Cap(values_max) for dim in dimensions}
+        # Keyed by (release, query length, *values of `dimensions`), as `keys` builds it;
+        # the compiled admission (monitor/_admit.pyx, `_raw_key`) looks keys up here too.
         self.cache: dict[tuple[str | None, ...], Slicing] = {}
 
     def keys(self, trace: Trace) -> Slicing:
