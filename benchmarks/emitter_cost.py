@@ -16,7 +16,6 @@ import time
 
 from monitor.broker import EmbeddedBroker
 from monitor.client import DecisionEmitter, ensure_topics
-from monitor.settings import load
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=20_000)
     args = parser.parse_args(argv)
     with EmbeddedBroker() as broker:
-        settings = load(bootstrap_servers=broker.bootstrap)
+        settings = broker.settings()
         ensure_topics(settings)
         emitter = DecisionEmitter(settings, buffer_size=100_000)
         costs: list[float] = []

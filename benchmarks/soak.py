@@ -23,7 +23,6 @@ from pathlib import Path
 from monitor.broker import EmbeddedBroker, free_port
 from monitor.client import Sender, ensure_topics
 from monitor.export import parse_exposition
-from monitor.settings import load
 from monitor.simulate import Simulator
 
 
@@ -55,10 +54,9 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="ragmon-soak-"))
     with EmbeddedBroker(log=workdir / "broker.log") as broker:
         port = free_port()
-        settings = load(bootstrap_servers=broker.bootstrap, metrics_port=port,
-                        app_id="ragmon-soak")
+        settings = broker.settings(metrics_port=port, app_id="ragmon-soak")
         ensure_topics(settings)
-        env = {**os.environ, "RAGMON_BOOTSTRAP_SERVERS": broker.bootstrap,
+        env = {**os.environ, **broker.env(),
                "RAGMON_METRICS_PORT": str(port), "RAGMON_APP_ID": "ragmon-soak",
                "RAGMON_TRACE_RETENTION_MAX": str(args.retention_max)}
         log = open(workdir / "worker.log", "wb")  # noqa: SIM115

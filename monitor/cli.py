@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from monitor import analyze, render
+from monitor.connection import ConnectionProblem, TopicProblem
 from monitor.files import (
     BATCH,
     InputError,
@@ -43,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"ragmon: {exc}", file=sys.stderr)
         return 2
+    except (ConnectionProblem, TopicProblem) as exc:
+        print(f"ragmon: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 
@@ -174,14 +178,30 @@ def _kafka_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
+def _connect(settings: Any) -> None:
+    """Check that the broker takes these credentials, then create or repair ragmon's
+    topics; a problem is one line (ConnectionProblem, TopicProblem), never a traceback."""
+    import asyncio
+
+    from monitor.provision import ensure_topics
+    from monitor.topics import check_connection
+
+    asyncio.run(check_connection(settings))
+    for change in ensure_topics(settings):
+        print(f"ragmon: {change}", file=sys.stderr)
+
+
 def _worker(args: argparse.Namespace) -> int:
     from monitor import app
-    from monitor.client import ensure_topics
 
     settings = load(args.config, **_kafka_overrides(args))
-    ensure_topics(settings)
+    _connect(settings)
     tune_gc()
-    app.run(settings, args.loglevel)
+    try:
+        app.run(settings, args.loglevel)
+    except app.PortInUse as exc:
+        print(f"ragmon: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -192,10 +212,10 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _produce(args: argparse.Namespace) -> int:
-    from monitor.client import ensure_topics, produce
+    from monitor.client import produce
 
     settings = load(args.config, **_kafka_overrides(args))
-    ensure_topics(settings)
+    _connect(settings)
     lines = (line for _, batch in batches(args.file, render.progress(False, None))
              for line in batch)
     sent = produce(settings, args.topic or settings.topic_decisions, lines)

@@ -19,17 +19,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import NewTopic
-from kafka.errors import TopicAlreadyExistsError
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from opentelemetry import trace as otel_trace
 
+from monitor.connection import kafka_python_options as connection
 from monitor.contract import CONTENT_FIELDS
 from monitor.ingest import Rejection, parse, strip_content
+from monitor.provision import ensure_topics
 from monitor.settings import Settings
 
 __all__ = [
-    "DecisionEmitter", "Sender", "connection", "ensure_topics", "key_of", "produce", "publish",
+    "DecisionEmitter", "Sender", "ensure_topics", "key_of", "produce", "publish",
     "read_latest",
 ]
 
@@ -39,45 +39,6 @@ class _Keyed(msgspec.Struct):
 
 
 _KEY = msgspec.json.Decoder(_Keyed)
-
-
-def connection(settings: Settings) -> dict[str, Any]:
-    """kafka-python connection options (bootstrap, SASL/SSL) from the settings."""
-    options: dict[str, Any] = {
-        "bootstrap_servers": settings.bootstrap_servers.split(","),
-        "security_protocol": settings.security_protocol,
-    }
-    if settings.sasl_mechanism:
-        options["sasl_mechanism"] = settings.sasl_mechanism
-        options["sasl_plain_username"] = settings.sasl_username
-        if settings.sasl_password is not None:
-            options["sasl_plain_password"] = settings.sasl_password.get_secret_value()
-    if settings.ssl_cafile:
-        options["ssl_cafile"] = settings.ssl_cafile
-    return options
-
-
-def ensure_topics(settings: Settings) -> None:
-    """Create ragmon's topics (decisions, labels, feedback, dead letters, state, seen,
-    references) if missing."""
-    admin = KafkaAdminClient(**connection(settings))
-    try:
-        existing = set(admin.list_topics())
-        wanted = [settings.topic_decisions, settings.topic_labels, settings.topic_feedback,
-                  settings.topic_dlq, settings.topic_state, settings.topic_seen]
-        compact = {"cleanup.policy": "compact",
-                   "max.message.bytes": str(settings.state_max_bytes)}
-        compacted = {settings.topic_state, settings.topic_seen}
-        new = [NewTopic(name, settings.partitions, 1,
-                        topic_configs=compact if name in compacted else {})
-               for name in wanted if name not in existing]
-        if settings.topic_references not in existing:  # one partition: every worker reads all
-            new.append(NewTopic(settings.topic_references, 1, 1, topic_configs=compact))
-        if new:
-            with suppress(TopicAlreadyExistsError):  # another worker created it first
-                admin.create_topics(new)
-    finally:
-        admin.close()
 
 
 def key_of(line: bytes) -> bytes | None:

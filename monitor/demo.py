@@ -22,7 +22,7 @@ from monitor import render
 from monitor.broker import EmbeddedBroker, free_port
 from monitor.client import Sender, ensure_topics
 from monitor.export import parse_exposition
-from monitor.settings import Settings, load
+from monitor.settings import Settings
 from monitor.simulate import Simulator
 
 __all__ = ["DEMO_LATENESS_SECONDS", "DEMO_WINDOW_SECONDS", "run"]
@@ -37,11 +37,11 @@ def run(scenario: str, duration_seconds: float, rate: float, metrics_port: int |
     port = metrics_port or free_port()
     with EmbeddedBroker(log=workdir / "broker.log") as broker:
         # Short windows and lateness so that drift shows within seconds of the change.
-        settings = load(config, bootstrap_servers=broker.bootstrap, metrics_port=port,
-                        app_id="ragmon-demo", window_seconds=DEMO_WINDOW_SECONDS,
-                        allowed_lateness_seconds=DEMO_LATENESS_SECONDS)
+        settings = broker.settings(config, metrics_port=port, app_id="ragmon-demo",
+                                   window_seconds=DEMO_WINDOW_SECONDS,
+                                   allowed_lateness_seconds=DEMO_LATENESS_SECONDS)
         ensure_topics(settings)
-        worker = _start_worker(settings, workdir)
+        worker = _start_worker(settings, broker.env(), workdir)
         try:
             render.demo_banner(broker.bootstrap, port, scenario, workdir)
             _wait_for_metrics(port, worker)
@@ -58,8 +58,9 @@ def run(scenario: str, duration_seconds: float, rate: float, metrics_port: int |
     return 0
 
 
-def _start_worker(settings: Settings, workdir: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "RAGMON_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+def _start_worker(settings: Settings, broker_env: dict[str, str],
+                  workdir: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, **broker_env,
            "RAGMON_METRICS_PORT": str(settings.metrics_port), "RAGMON_APP_ID": settings.app_id,
            "RAGMON_WINDOW_SECONDS": str(settings.window_seconds),
            "RAGMON_ALLOWED_LATENESS_SECONDS": str(settings.allowed_lateness_seconds)}

@@ -81,6 +81,23 @@ class Settings(BaseSettings):
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
     ssl_cafile: str | None = None
+    # Mutual TLS: the client's certificate (PEM, chain allowed) and its private key.
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    # Consumer group timing. Apache Kafka refuses sessions below its
+    # group.min.session.timeout.ms (6 s by default, also on managed services); the
+    # embedded broker admits a member only after about half the session timeout, so the
+    # demo asks for 4 s there.
+    session_timeout_seconds: float = Field(default=10.0, ge=1, le=1800)
+    heartbeat_interval_seconds: float = Field(default=3.0, gt=0, le=600)
+    # How long a command waits for the broker on start before it says it cannot connect.
+    connect_timeout_seconds: float = Field(default=20.0, gt=0, le=600)
+    # Describe and repair topic configurations (compaction, message size) on start. The
+    # embedded broker implements neither DescribeConfigs nor compaction: the demo turns it off.
+    check_topic_configs: bool = True
+    # After SIGTERM/SIGINT the worker stops Faust gracefully for at most this long, then
+    # exits anyway (checkpoints make an abandoned batch exact: it was not acknowledged).
+    shutdown_seconds: float = Field(default=8.0, gt=0, le=300)
     topic_decisions: str = "rag.decisions"
     topic_labels: str = "rag.labels"
     topic_feedback: str = "rag.feedback"
@@ -135,6 +152,23 @@ class Settings(BaseSettings):
         }
     )
 
+    @model_validator(mode="after")
+    def _connection(self) -> Settings:
+        if self.heartbeat_interval_seconds >= self.session_timeout_seconds:
+            raise ValueError(f"heartbeat_interval_seconds ({self.heartbeat_interval_seconds}) "
+                             f"must be below session_timeout_seconds "
+                             f"({self.session_timeout_seconds})")
+        if self.sasl_mechanism and not self.security_protocol.startswith("SASL"):
+            raise ValueError(f"sasl_mechanism {self.sasl_mechanism} needs security_protocol "
+                             f"SASL_PLAINTEXT or SASL_SSL, not {self.security_protocol}")
+        if self.security_protocol.startswith("SASL") and not (
+                self.sasl_mechanism and self.sasl_username and self.sasl_password):
+            raise ValueError(f"security_protocol {self.security_protocol} needs "
+                             "sasl_mechanism, sasl_username and sasl_password")
+        if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
+            raise ValueError("ssl_certfile and ssl_keyfile go together (mutual TLS)")
+        return self
+
     @field_validator("slice_dimensions", "reasons", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:
@@ -175,11 +209,21 @@ def load(path: str | Path | None = None, **overrides: Any) -> Settings:
     except _EnvError as exc:  # a RAGMON_* value that cannot even be parsed
         raise SettingsError(f"invalid ragmon settings: {exc}") from None
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}={err.get('input')!r}: {err['msg']}"
-            for err in exc.errors()
-        )
+        problems = "; ".join(_problem(err) for err in exc.errors())
         raise SettingsError(f"invalid ragmon settings: {problems}") from None
+
+
+def _problem(err: Any) -> str:
+    """One validation error as `name=value: why`; never the value of a secret, and a
+    check across settings (no single name) only by its message, which names them."""
+    name = ".".join(str(p) for p in err["loc"])
+    if not name:
+        return str(err["msg"]).removeprefix("Value error, ")
+    shown = "<secret>" if name in _SECRETS else repr(err.get("input"))
+    return f"{name}={shown}: {err['msg']}"
+
+
+_SECRETS = frozenset({"sasl_password"})
 
 
 def _read_file(path: Path) -> dict[str, Any]:

@@ -3,29 +3,73 @@ offsets. The worker's own consumption goes through Faust; these reads are one-of
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Callable
-from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.helpers import create_ssl_context
+from aiokafka.conn import create_conn
+from aiokafka.errors import KafkaError
 
-from monitor.client import connection
+from monitor.connection import ConnectionProblem, aiokafka_options
 from monitor.settings import Settings
 
-__all__ = ["Tail", "aiokafka_options", "end_offsets", "read_topic"]
+__all__ = ["Tail", "aiokafka_options", "check_connection", "end_offsets", "read_topic"]
 
 log = logging.getLogger(__name__)
 
 
-def aiokafka_options(settings: Settings) -> dict[str, Any]:
-    """kafka-python's connection options, which aiokafka shares but for the CA file."""
-    options = connection(settings)
-    cafile = options.pop("ssl_cafile", None)
-    if settings.security_protocol in ("SSL", "SASL_SSL"):
-        options["ssl_context"] = create_ssl_context(cafile=cafile)
-    return options
+async def check_connection(settings: Settings) -> None:
+    """Connect to a bootstrap server (TLS handshake and SASL authentication included) or
+    raise ConnectionProblem naming the servers and the cause, in one line.
+
+    A broker that refuses or does not answer may be starting: tried again until
+    `connect_timeout_seconds`. A certificate or a password that is refused will not get
+    better: said at once. Clients otherwise hide the cause ("Unable to bootstrap")."""
+    options = aiokafka_options(settings)
+    del options["bootstrap_servers"]
+    servers = settings.bootstrap_servers.split(",")
+    deadline = time.monotonic() + settings.connect_timeout_seconds
+    cause = "no answer"
+    while True:
+        for server in servers:
+            host, _, port = server.strip().rpartition(":")
+            left = max(deadline - time.monotonic(), 0.1)
+            try:
+                conn = await asyncio.wait_for(create_conn(
+                    host or server, int(port or 9092), request_timeout_ms=int(left * 1000),
+                    **options), timeout=left)
+            except (TimeoutError, OSError, KafkaError) as exc:
+                cause = _cause(exc)
+                if _permanent(exc):
+                    raise ConnectionProblem(
+                        f"cannot connect to Kafka at {settings.bootstrap_servers} "
+                        f"({settings.security_protocol}): {cause}") from None
+                continue
+            conn.close()
+            return
+        if time.monotonic() >= deadline:
+            raise ConnectionProblem(
+                f"cannot connect to Kafka at {settings.bootstrap_servers} within "
+                f"{settings.connect_timeout_seconds:g} s (connect_timeout_seconds): {cause}")
+        await asyncio.sleep(min(0.5, max(deadline - time.monotonic(), 0)))
+
+
+def _permanent(exc: BaseException) -> bool:
+    """TLS and authentication failures; not a refused or silent socket."""
+    return isinstance(exc, ssl.SSLError) or "Authentication" in type(exc).__name__ \
+        or "authentication" in str(exc).lower()
+
+
+def _cause(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.TimeoutError):
+        return "timed out"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"TLS certificate not trusted ({exc.verify_message})"
+    text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
 
 
 async def read_topic(settings: Settings, topic: str, partition: int,

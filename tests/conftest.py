@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,36 @@ from monitor.settings import load
 EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "examples"
 
 
+BROKERS = ("embedded", "kafka")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--brokers", default=",".join(BROKERS),
+                     help="brokers the integration tests run on: embedded (Tansu), kafka "
+                          "(Apache Kafka from ../shared/kafka); comma-separated")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not EXAMPLES.is_dir():
         raise pytest.UsageError(f"examples not found at {EXAMPLES}")
+    chosen = config.getoption("--brokers").split(",")
+    if unknown := set(chosen) - set(BROKERS):
+        raise pytest.UsageError(f"unknown brokers {sorted(unknown)}; choose from {BROKERS}")
+
+
+@pytest.fixture(params=BROKERS)
+def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Each broker-backed test runs on the embedded broker and on Apache Kafka."""
+    from brokers import ApacheKafka, Embedded, kafka_available
+
+    if request.param not in request.config.getoption("--brokers").split(","):
+        pytest.skip(f"--brokers leaves out {request.param}")
+    if request.param == "kafka" and not kafka_available():
+        pytest.fail("Apache Kafka needs ../shared/kafka and java (openjdk-17-jre-headless)")
+    running = (Embedded(log=tmp_path / "broker.log") if request.param == "embedded"
+               else ApacheKafka(tmp_path))
+    with running:
+        yield running
 
 
 @pytest.fixture

@@ -22,11 +22,10 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from test_worker import broker, scrape, start_worker, stop, wait_for  # noqa: F401 - fixture
+from test_worker import scrape, start_worker, stop, wait_for
 
 from monitor.broker import free_port
 from monitor.client import produce
-from monitor.settings import load
 from monitor.simulate import Simulator
 
 pytestmark = [
@@ -70,7 +69,7 @@ def _drift_alerts() -> list[dict[str, str]]:
             if a["labels"]["alertname"] == "RagmonRetrievalScoreDrift"]
 
 
-def test_drift_alert_reaches_the_webhook_and_every_panel_has_data(broker, tmp_path):  # noqa: F811
+def test_drift_alert_reaches_the_webhook_and_every_panel_has_data(broker, tmp_path):
     hook = HTTPServer(("127.0.0.1", free_port()), _Webhook)
     threading.Thread(target=hook.serve_forever, daemon=True).start()
     _Webhook.received = []
@@ -98,7 +97,7 @@ def test_drift_alert_reaches_the_webhook_and_every_panel_has_data(broker, tmp_pa
                          f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                          f"--web.listen-address=127.0.0.1:{prom_port}"], tmp_path / "prom.log")
     try:
-        settings = load(bootstrap_servers=broker.bootstrap)
+        settings = broker.settings()
         # Event time ends about now, so the windows close as the traces arrive.
         start = datetime.now(UTC) - timedelta(seconds=150)
         sim = Simulator(seed=9, scenario="embedding_shift", change_at=10_000, rate=100.0,

@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 from aiokafka import AIOKafkaConsumer
 from opentelemetry.sdk.trace import TracerProvider
-from test_worker import broker, outcome, scrape, start_worker, stop, wait_for  # noqa: F401
+from test_worker import outcome, scrape, start_worker, stop, wait_for
 
 from monitor.broker import EmbeddedBroker, free_port
 from monitor.client import DecisionEmitter, ensure_topics
@@ -87,9 +87,9 @@ def _count_messages(bootstrap: str, topic: str) -> int:
 
 
 @pytest.mark.integration
-def test_worker_counts_emitted_decisions(broker, tmp_path):  # noqa: F811
+def test_worker_counts_emitted_decisions(broker, tmp_path):
     process, port = start_worker(broker, tmp_path)
-    emitter = DecisionEmitter(load(bootstrap_servers=broker.bootstrap))
+    emitter = DecisionEmitter(broker.settings())
     tracer = TracerProvider().get_tracer("app")
     try:
         for i in range(300):

@@ -9,21 +9,21 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "monitor"
 # Left to right: a module may import only modules to its left. cli wires; nothing imports it.
 ORDER = [
-    "memory", "contract", "parts", "settings", "ingest", "slices", "layout", "encode", "aggregate",
+    "memory", "contract", "parts", "settings", "connection", "ingest", "slices", "layout", "encode", "aggregate",
     "fold",
     "windows", "dedupe", "labels", "admit",
     "derive", "detectors", "thresholds", "growth", "reference",
     "streams", "drift", "pipeline", "watch", "backtest", "frame", "compare", "gate", "summary",
     "checkpoint", "merge", "snapshot", "states", "status", "export", "simulate",
     "render", "files", "plots", "documents",
-    "broker", "client", "references", "telemetry", "topics", "refsync", "stall", "batches",
+    "broker", "provision", "client", "references", "telemetry", "topics", "refsync", "stall", "batches",
     "partitions",
     "app", "demo",
     "analyze",
     "cli",
 ]
 THIRD_PARTY_HOMES = {
-    "faust": {"app"}, "prometheus_client": {"export", "status"}, "kafka": {"client"},
+    "faust": {"app"}, "prometheus_client": {"export", "status"}, "kafka": {"client", "provision"},
     "scipy": {"detectors"}, "pydantic": {"settings"}, "pydantic_settings": {"settings"},
     "rich": {"render"}, "matplotlib": {"plots"}, "yaml": {"analyze"},
 }

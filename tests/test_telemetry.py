@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import pytest
 from opentelemetry import trace
-from test_worker import broker, start_worker, stop, wait_for  # noqa: F401 - fixture
+from test_worker import start_worker, stop, wait_for
 
 from monitor import telemetry
 from monitor.broker import free_port
@@ -35,7 +35,7 @@ class _Receiver(BaseHTTPRequestHandler):
 
 
 @pytest.mark.integration
-def test_worker_exports_batch_spans_over_otlp(broker, tmp_path):  # noqa: F811
+def test_worker_exports_batch_spans_over_otlp(broker, tmp_path):
     receiver = HTTPServer(("127.0.0.1", free_port()), _Receiver)
     threading.Thread(target=receiver.serve_forever, daemon=True).start()
     _Receiver.bodies = []
@@ -44,7 +44,7 @@ def test_worker_exports_batch_spans_over_otlp(broker, tmp_path):  # noqa: F811
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT":
             f"http://127.0.0.1:{receiver.server_port}/v1/traces"})
     try:
-        settings = load(bootstrap_servers=broker.bootstrap)
+        settings = broker.settings()
         produce(settings, settings.topic_decisions, list(Simulator(seed=1).traces(500)))
         for name in (b"ragmon.batch", b"ragmon.fold", b"ragmon.detect", b"ragmon.export"):
             wait_for(lambda name=name: any(name in body for body in _Receiver.bodies),

@@ -21,10 +21,9 @@ from aiokafka import AIOKafkaConsumer
 from conftest import lines
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor.broker import EmbeddedBroker, free_port
+from monitor.broker import free_port
 from monitor.client import produce
 from monitor.ingest import Accepted, Rejection, parse
-from monitor.settings import load
 from monitor.simulate import Simulator
 
 pytestmark = pytest.mark.integration
@@ -69,15 +68,9 @@ def read_dlq(bootstrap: str, topic: str, expected: int) -> list:
     return asyncio.run(read())
 
 
-@pytest.fixture
-def broker(tmp_path):
-    with EmbeddedBroker(log=tmp_path / "broker.log") as running:
-        yield running
-
-
 def start_worker(broker, tmp_path, name="worker", app_id="ragmon-test", env=None):
     port = free_port()
-    env = {**os.environ, "RAGMON_BOOTSTRAP_SERVERS": broker.bootstrap,
+    env = {**os.environ, **broker.env(),
            "RAGMON_METRICS_PORT": str(port), "RAGMON_APP_ID": app_id,
            "RAGMON_BATCH_SIZE": "200", **(env or {})}
     log = open(tmp_path / f"{name}.log", "ab")  # noqa: SIM115
@@ -115,7 +108,7 @@ def release_traces(samples):
 
 
 def test_valid_and_bad_traces_are_counted_and_dead_lettered(broker, worker, examples):
-    settings = load(bootstrap_servers=broker.bootstrap)
+    settings = broker.settings()
     sim = Simulator(seed=3, scenario="bad_input", change_at=0, label_share=0.2)
     messages = list(sim.traces(3000)) + lines(examples / "bad-traces.jsonl")
     # The offline core is tested on its own; here it is the oracle for the transport.
@@ -165,7 +158,7 @@ def test_demo_runs_and_stops_everything_it_started():
 
 
 def test_kill_9_mid_stream_and_restart_counts_exactly(broker, tmp_path):
-    settings = load(bootstrap_servers=broker.bootstrap)
+    settings = broker.settings()
     sim = Simulator(seed=7, scenario="bad_input", change_at=0)
     messages = list(sim.traces(6000))
     valid = sum(not isinstance(parse(m), Rejection) for m in messages)
@@ -201,7 +194,7 @@ def test_kill_9_mid_stream_and_restart_counts_exactly(broker, tmp_path):
 
 
 def test_two_workers_one_killed_the_other_takes_over_exactly(broker, tmp_path):
-    settings = load(bootstrap_servers=broker.bootstrap)
+    settings = broker.settings()
     messages = list(Simulator(seed=7, scenario="bad_input", change_at=0).traces(6000))
     valid = sum(not isinstance(parse(m), Rejection) for m in messages)
     # A survivor whose agent stalls after the takeover restarts itself (monitor/stall.py).
@@ -232,7 +225,7 @@ def test_two_workers_one_killed_the_other_takes_over_exactly(broker, tmp_path):
 
 
 def test_two_workers_merge_every_partition_and_each_release_has_one_owner(broker, tmp_path):
-    settings = load(bootstrap_servers=broker.bootstrap)
+    settings = broker.settings()
     messages = list(Simulator(seed=11, scenario="bad_input", change_at=0).traces(4000))
     traces = [r.event for m in messages if isinstance(r := parse(m), Accepted)]
     expected = Counter(t.system.release for t in traces)
@@ -263,7 +256,7 @@ def test_two_workers_merge_every_partition_and_each_release_has_one_owner(broker
 
 
 def test_stall_watchdog_restarts_in_place_and_counts_exactly(broker, tmp_path):
-    settings = load(bootstrap_servers=broker.bootstrap)
+    settings = broker.settings()
     messages = list(Simulator(seed=3).traces(4000))
     process, port = start_worker(broker, tmp_path, "w", env={"RAGMON_STALL_SECONDS": "3"})
     try:
@@ -286,7 +279,7 @@ def test_stall_watchdog_restarts_in_place_and_counts_exactly(broker, tmp_path):
 
 
 def test_broker_restart_with_an_empty_log_is_detected_and_new_traces_count(broker, tmp_path):
-    settings = load(bootstrap_servers=broker.bootstrap)
+    settings = broker.settings()
     sim = Simulator(seed=3)
     process, port = start_worker(broker, tmp_path)
     try:
@@ -310,7 +303,7 @@ def test_checkpoints_over_one_mebibyte_are_written_and_restored(broker, tmp_path
     partition's checkpoint ~1.5 MB, over Kafka's 1 MB default record size. The worker
     writes them (its topics and producer allow `state_max_bytes`) and a restart after
     kill -9 restores every waiting label."""
-    settings = load(bootstrap_servers=broker.bootstrap)
+    settings = broker.settings()
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     labels = [json.dumps({"schema": "rag-label/1", "trace_id": f"waiting-{'x' * 80}-{i:06d}",
                           "ts": now, "source": "judge", "answerable": True}).encode()

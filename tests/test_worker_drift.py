@@ -10,11 +10,10 @@ import subprocess
 import urllib.request
 
 import pytest
-from test_worker import broker, scrape, start_worker, stop, wait_for  # noqa: F401 - fixture
+from test_worker import scrape, start_worker, stop, wait_for
 
 from monitor.cli import main
 from monitor.client import produce
-from monitor.settings import load
 from monitor.simulate import Simulator
 
 pytestmark = pytest.mark.integration
@@ -24,14 +23,14 @@ TOTAL = (("dimension", "all"), ("direction", "up"), ("release", RELEASE),
          ("signal", "critical_claim_unsupported_rate"), ("value", "all"))
 
 
-def test_worker_alarms_on_index_change_and_obeys_reference_commands(broker, tmp_path,  # noqa: F811
+def test_worker_alarms_on_index_change_and_obeys_reference_commands(broker, tmp_path,
                                                                       capsys):
     # Two slice dimensions keep the number of streams (and threshold simulations) small.
     process, port = start_worker(broker, tmp_path,
                                  env={"RAGMON_ALLOWED_LATENESS_SECONDS": "30",
                                       "RAGMON_SLICE_DIMENSIONS": "language,risk"})
     try:
-        settings = load(bootstrap_servers=broker.bootstrap)
+        settings = broker.settings()
         sim = Simulator(seed=5, scenario="index_change", change_at=12_000)
         produce(settings, settings.topic_decisions, list(sim.traces(12_000)))
         # The reference freezes from the first windows; thresholds are simulated in the

@@ -8,14 +8,13 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
-from test_worker import broker, scrape, start_worker, stop, wait_for  # noqa: F401 - fixture
+from test_worker import scrape, start_worker, stop, wait_for
 
 from monitor import checkpoint
 from monitor.aggregate import TOTAL
 from monitor.client import produce, read_latest
 from monitor.export import Collector, snapshot_of
 from monitor.pipeline import Pipeline
-from monitor.settings import load
 
 pytestmark = pytest.mark.integration
 
@@ -50,13 +49,13 @@ def encode(items):
     return [json.dumps(item).encode() for item in items]
 
 
-def test_labels_before_and_after_their_traces_land_in_the_trace_windows(broker, tmp_path):  # noqa: F811
+def test_labels_before_and_after_their_traces_land_in_the_trace_windows(broker, tmp_path):
     traces, labels = _data()
     early = [x for x in labels if int(x["trace_id"][-5:]) % 2 == 0]   # before the traces
     late = [x for x in labels if int(x["trace_id"][-5:]) % 2 == 1]    # after them
     process, port = start_worker(broker, tmp_path, env={"RAGMON_PARTITIONS": "1"})
     try:
-        settings = load(bootstrap_servers=broker.bootstrap, partitions=1)
+        settings = broker.settings(partitions=1)
         produce(settings, settings.topic_labels, encode(early))
         wait_for(lambda: scrape(port).get(("ragmon_label_events_waiting", (
             ("kind", "labels"),))) == len(early),

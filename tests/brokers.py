@@ -1,0 +1,189 @@
+"""The two brokers the integration tests run on: the embedded Tansu and Apache Kafka 3.8.
+
+`ApacheKafka` starts `../shared/kafka/bin/kafka-server` (a single-node KRaft broker, its
+defaults untouched but for what a test passes) and, with `secure=True`, adds a SASL_SSL
+listener: a CA and a server certificate made here with openssl, SCRAM-SHA-256 users made
+by the broker's own storage tool. Both classes share one surface: `bootstrap`, `start()`,
+`stop()`, `restart(keep_log)`, and `settings()` / `env()`, the settings a client or a
+worker on that broker needs (Tansu admits a group member only after about half the
+session timeout, so its workers ask for a short one; Apache Kafka refuses sessions under
+6 s, so its workers use ragmon's defaults).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any, ClassVar
+
+from monitor.broker import EmbeddedBroker
+
+__all__ = ["KAFKA_HOME", "ApacheKafka", "Embedded", "free_ports", "kafka_available"]
+
+KAFKA_HOME = Path(__file__).resolve().parents[2] / "shared" / "kafka"
+USER, PASSWORD = "ragmon", "ragmon-secret-0017"
+
+
+def kafka_available() -> bool:
+    return (KAFKA_HOME / "bin" / "kafka-server").is_file() and shutil.which("java") is not None
+
+
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive free loopback ports."""
+    for _ in range(200):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            first = int(sock.getsockname()[1])
+        if first + count > 65_000:
+            continue
+        try:
+            for port in range(first, first + count):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return first
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
+class Embedded(EmbeddedBroker):
+    """Tansu, as the demo runs it."""
+
+    name = "embedded"
+
+    def restart(self, keep_log: bool = False) -> None:
+        if keep_log:
+            raise NotImplementedError("the embedded broker keeps its log in memory only")
+        self.stop()
+        self.start()
+
+
+class ApacheKafka:
+    """Apache Kafka from ../shared/kafka on 127.0.0.1 (controller on port + 1; with
+    `secure`, a SASL_SSL listener on port + 2)."""
+
+    name = "kafka"
+    SETTINGS: ClassVar[dict[str, Any]] = {}  # ragmon's defaults are meant for this broker
+    settings = EmbeddedBroker.settings
+    env = EmbeddedBroker.env
+
+    def __init__(self, workdir: Path, *, secure: bool = False,
+                 properties: dict[str, str] | None = None) -> None:
+        self.workdir = workdir
+        self.data = workdir / "kafka"
+        self.port = free_ports(3)
+        self.secure = secure
+        self.properties = properties or {}
+        self.process: subprocess.Popen[bytes] | None = None
+        if secure:
+            self.ca_file, self.other_ca_file = self._certificates()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def secure_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port + 2}"
+
+    def secure_env(self, password: str = PASSWORD, ca_file: Path | None = None) -> dict[str, str]:
+        """The settings of a client on the SASL_SSL listener."""
+        return {"RAGMON_BOOTSTRAP_SERVERS": self.secure_bootstrap,
+                "RAGMON_SECURITY_PROTOCOL": "SASL_SSL", "RAGMON_SASL_MECHANISM": "SCRAM-SHA-256",
+                "RAGMON_SASL_USERNAME": USER, "RAGMON_SASL_PASSWORD": password,
+                "RAGMON_SSL_CAFILE": str(ca_file or self.ca_file)}
+
+    def _arguments(self) -> list[str]:
+        props = dict(self.properties)
+        if self.secure:
+            p = self.port
+            props.update({
+                "listeners": f"PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{p + 1},"
+                             f"SASL_SSL://127.0.0.1:{p + 2}",
+                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{p},SASL_SSL://127.0.0.1:{p + 2}",
+                "listener.security.protocol.map":
+                    "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
+                "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+                "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config":
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+                "ssl.keystore.type": "PEM",
+                "ssl.keystore.location": str(self.workdir / "tls" / "server.pem"),
+            })
+        return [f"{key}={value}" for key, value in props.items()]
+
+    def start(self, timeout_seconds: float = 60.0, keep_log: bool = False) -> ApacheKafka:
+        env = {**os.environ, "KAFKA_HEAP": os.environ.get("KAFKA_HEAP", "384m")}
+        if keep_log:
+            env["KAFKA_KEEP"] = "1"
+        if self.secure:
+            env["KAFKA_FORMAT_ARGS"] = (f"--add-scram SCRAM-SHA-256=[name={USER},"
+                                        f"password={PASSWORD}]")
+        log = self.data / "server.log"
+        if keep_log and log.exists():
+            log.rename(self.data / f"server-{time.time():.0f}.log")
+        self.process = subprocess.Popen(
+            [str(KAFKA_HOME / "bin" / "kafka-server"), str(self.data), str(self.port),
+             *self._arguments()],
+            env=env, stdout=open(self.workdir / "kafka.out", "ab"),  # noqa: SIM115
+            stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout_seconds
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"kafka-server exited with {self.process.returncode}; "
+                                   f"see {self.workdir / 'kafka.out'}")
+            if log.exists() and b"Kafka Server started" in log.read_bytes():
+                return self
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"Apache Kafka not started within {timeout_seconds} s")
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def restart(self, keep_log: bool = False) -> None:
+        """Stop and start on the same port; without `keep_log` the log is formatted away
+        (a broker that lost its disk)."""
+        self.stop()
+        self.start(keep_log=keep_log)
+
+    def _certificates(self) -> tuple[Path, Path]:
+        """A CA, a server certificate it signed for 127.0.0.1 (key and chain in one PEM
+        file, as the broker's PEM keystore reads them), and a second, unrelated CA."""
+        tls = self.workdir / "tls"
+        tls.mkdir(parents=True, exist_ok=True)
+
+        def openssl(*args: str) -> None:
+            subprocess.run(["openssl", *args], cwd=tls, check=True, capture_output=True)
+
+        for ca in ("ca", "other-ca"):
+            openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", f"/CN=ragmon test {ca}", "-keyout", f"{ca}.key", "-out", f"{ca}.pem")
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+                "-keyout", "server.key", "-out", "server.csr")
+        (tls / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-days", "2", "-extfile", "san.ext", "-out", "server.crt")
+        openssl("pkcs8", "-topk8", "-nocrypt", "-in", "server.key", "-out", "server.p8")
+        (tls / "server.pem").write_bytes((tls / "server.p8").read_bytes()
+                                         + (tls / "server.crt").read_bytes()
+                                         + (tls / "ca.pem").read_bytes())
+        return tls / "ca.pem", tls / "other-ca.pem"
+
+    def __enter__(self) -> ApacheKafka:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
