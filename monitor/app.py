@@ -48,6 +48,7 @@ from monitor.ingest import Rejection
 from monitor.layout import from_settings
 from monitor.merge import Merger, owner
 from monitor.partitions import Group, Partitions
+from monitor.provision import ensure_topics
 from monitor.refsync import ReferenceSync
 from monitor.settings import Settings
 from monitor.snapshot import Local, snapshot_from
@@ -56,6 +57,7 @@ from monitor.watch import Watch
 __all__ = ["PortInUse", "Worker", "build", "credentials", "run"]
 
 log = logging.getLogger("ragmon.worker")
+TOPIC_CHECK_SECONDS = 10.0
 T = TypeVar("T")
 class Worker:
     """The Faust app and the per-partition state it folds into; `build()` makes one."""
@@ -155,6 +157,27 @@ class Worker:
                       applied, idle)
             stall.restart_in_place()
         self.last_progress = time.monotonic()  # caught up: look again after another period
+
+    async def rewind_lost_logs(self) -> None:
+        """Read again from the beginning any owned input partition whose log ends before
+        what this worker read: a broker that lost its log (or a topic recreated) starts
+        offsets at 0, and Faust silently drops every message at or below the offset it
+        last read (its `_read_offset`, also taken from the group's committed offsets in a
+        fresh process). The partition's checkpoint is gone with the log, so nothing is
+        skipped as a redelivery and nothing counted twice."""
+        consumer = self.app.consumer
+        assigned = sorted(consumer.assignment())
+        for topic in {tp.topic for tp in assigned}:
+            mine = [tp for tp in assigned if tp.topic == topic]
+            ends = await topics.end_offsets(self.settings, topic, [tp.partition for tp in mine])
+            for tp in mine:
+                read = consumer._read_offset.get(tp)  # Faust keeps no public accessor
+                if read is not None and read >= ends.get(tp.partition, read + 1):
+                    log.warning("%s/%d ends at offset %d but offset %d was read here: the "
+                                "broker lost its log; reading it again from the beginning",
+                                tp.topic, tp.partition, ends[tp.partition], read)
+                    self.health["state_lost"] += 1
+                    await consumer.seek(tp, 0)
 
     def owns(self, release: str) -> bool:
         """Whether this worker exports and detects on `release` (monitor/merge.py)."""
@@ -311,9 +334,21 @@ def build(settings: Settings) -> Worker:
     @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
     async def watchdog() -> None:
         try:
+            await worker.rewind_lost_logs()
             await worker.check_stall()
         except Exception:  # the broker may be away; the next look retries
             log.exception("stall check failed")
+
+    @app.timer(interval=TOPIC_CHECK_SECONDS)  # type: ignore[untyped-decorator]
+    async def topics_in_shape() -> None:
+        # A broker that lost its log lets clients auto-create ragmon's topics with one
+        # partition and no compaction: put back what is missing (monitor/provision.py).
+        try:
+            for change in await asyncio.to_thread(ensure_topics, settings):
+                log.warning("topic check: %s", change)
+        except Exception as exc:  # a layout that cannot be repaired, or the broker away
+            worker.health["errors"] += 1
+            log.error("topic check: %s", exc)
 
     @app.timer(interval=memory.TRIM_SECONDS)  # type: ignore[untyped-decorator]
     async def trim_memory() -> None:

@@ -20,7 +20,6 @@ implements neither DescribeConfigs nor compaction).
 
 from __future__ import annotations
 
-import logging
 from contextlib import suppress
 from dataclasses import dataclass, field
 
@@ -32,8 +31,6 @@ from monitor.connection import ConnectionProblem, TopicProblem, kafka_python_opt
 from monitor.settings import Settings
 
 __all__ = ["TopicProblem", "Wanted", "ensure_topics", "wanted"]
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -87,8 +84,6 @@ def _ensure(admin: KafkaAdminClient, settings: Settings, topics: list[Wanted]) -
         changes += _fix_partitions(admin, settings, topic, counts[topic.name])
     if settings.check_topic_configs:
         changes += _fix_configs(admin, [t for t in present if t.configs])
-    for line in changes:
-        log.warning("%s", line)
     return changes
 
 

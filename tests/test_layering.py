@@ -9,15 +9,15 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "monitor"
 # Left to right: a module may import only modules to its left. cli wires; nothing imports it.
 ORDER = [
-    "memory", "contract", "parts", "settings", "connection", "ingest", "slices", "layout", "encode", "aggregate",
-    "fold",
+    "memory", "contract", "parts", "settings", "connection", "ingest", "slices", "layout",
+    "encode", "aggregate", "fold",
     "windows", "dedupe", "labels", "admit",
     "derive", "detectors", "thresholds", "growth", "reference",
     "streams", "drift", "pipeline", "watch", "backtest", "frame", "compare", "gate", "summary",
     "checkpoint", "merge", "snapshot", "states", "status", "export", "simulate",
     "render", "files", "plots", "documents",
-    "broker", "provision", "client", "references", "telemetry", "topics", "refsync", "stall", "batches",
-    "partitions",
+    "broker", "provision", "client", "references", "telemetry", "topics", "refsync", "stall",
+    "batches", "partitions",
     "app", "demo",
     "analyze",
     "cli",
