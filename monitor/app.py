@@ -30,6 +30,7 @@ import asyncio
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -54,7 +55,7 @@ from monitor.settings import Settings
 from monitor.snapshot import Local, snapshot_from
 from monitor.watch import Watch
 
-__all__ = ["PortInUse", "Worker", "build", "credentials", "run"]
+__all__ = ["PortInUse", "Worker", "build", "check_port", "credentials", "run"]
 
 log = logging.getLogger("ragmon.worker")
 TOPIC_CHECK_SECONDS = 10.0
@@ -392,6 +393,17 @@ def _agent(worker: Worker, kind: str, topic: Any) -> None:
 
 class PortInUse(Exception):
     """The metrics endpoint cannot listen; the message names the address."""
+
+
+def check_port(settings: Settings) -> None:
+    """Raise PortInUse if the metrics endpoint cannot listen where it is set to."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((settings.metrics_host, settings.metrics_port))
+        except OSError as exc:
+            raise PortInUse(f"cannot serve metrics on {settings.metrics_host}:"
+                            f"{settings.metrics_port} (metrics_port): {exc.strerror}") from None
 
 
 def credentials(settings: Settings) -> faust.auth.Credentials | None:

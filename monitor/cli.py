@@ -195,9 +195,10 @@ def _worker(args: argparse.Namespace) -> int:
     from monitor import app
 
     settings = load(args.config, **_kafka_overrides(args))
-    _connect(settings)
-    tune_gc()
     try:
+        app.check_port(settings)  # first: a busy port is one line, and nothing was created
+        _connect(settings)
+        tune_gc()
         app.run(settings, args.loglevel)
     except app.PortInUse as exc:
         print(f"ragmon: {exc}", file=sys.stderr)
@@ -334,6 +335,8 @@ def _reference(args: argparse.Namespace) -> int:
     from monitor import references
 
     settings = load(args.config, **_kafka_overrides(args))
+    if not (args.action == "freeze" and args.no_publish):  # the others use the topic
+        _connect(settings)
     try:
         return _reference_action(args, settings, references)
     except references.ReferenceProblem as exc:

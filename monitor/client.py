@@ -148,6 +148,8 @@ class DecisionEmitter:
         self._warned: set[str] = set()
         self._in_flight = 0
         self._failures_in_row = 0
+        self._abandoned = False
+        self._close_by = float("inf")
         self._thread = threading.Thread(target=self._deliver, name="ragmon-emitter",
                                         daemon=True)
         self._thread.start()
@@ -226,7 +228,10 @@ class DecisionEmitter:
                         request_timeout_ms=int(self.delivery_timeout_seconds * 1000) // 2,
                         delivery_timeout_ms=int(self.delivery_timeout_seconds * 1000))
                     backoff = 0.5
-                except Exception:  # broker away: keep the buffer, try again later
+                except Exception as exc:  # broker away: keep the buffer, try again later
+                    self._warn_once("connect", f"ragmon: cannot reach Kafka at "
+                                    f"{self.settings.bootstrap_servers}: {exc}; events stay "
+                                    "buffered")
                     time.sleep(backoff)
                     backoff = min(2 * backoff, 10.0)
                     continue
@@ -241,8 +246,8 @@ class DecisionEmitter:
             self._drain(producer)
         if producer is not None:
             with suppress(Exception):
-                producer.flush(timeout=self.delivery_timeout_seconds)
-                producer.close(timeout=5)
+                producer.flush(timeout=max(self._close_by - time.monotonic(), 0))
+                producer.close(timeout=0)
 
     def _drain(self, producer: KafkaProducer) -> None:
         while True:
@@ -263,6 +268,8 @@ class DecisionEmitter:
 
     def _done(self, outcome: str) -> None:
         with self._lock:
+            if self._abandoned:  # close() counted it as failed already
+                return
             self.counts[outcome] += 1
             self._in_flight -= 1
             self._failures_in_row = self._failures_in_row + 1 if outcome == "failed" else 0
@@ -279,11 +286,26 @@ class DecisionEmitter:
         return False
 
     def close(self, timeout_seconds: float = 30.0) -> None:
-        """Flush, then stop the delivery thread."""
+        """Flush, then stop the delivery thread; returns within `timeout_seconds`. What
+        was not delivered by then (buffered or in flight) is counted in `failed`."""
+        self._close_by = time.monotonic() + timeout_seconds
         self.flush(timeout_seconds)
+        with self._lock:
+            self.counts["failed"] += len(self._buffer)
+            self._buffer.clear()
+            self.counts["queued"] = 0
         self._closed = True
         self._wake.set()
-        self._thread.join(timeout=timeout_seconds)
+        self._thread.join(timeout=max(self._close_by - time.monotonic(), 0))
+        with self._lock:
+            self.counts["failed"] += self._in_flight
+            self._in_flight = 0
+            self._abandoned = True
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(message, stacklevel=2)
 
 
 def _now() -> str:
