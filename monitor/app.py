@@ -49,7 +49,7 @@ from monitor.ingest import Rejection
 from monitor.layout import from_settings
 from monitor.merge import Merger, owner
 from monitor.partitions import Group, Partitions
-from monitor.provision import ensure_topics
+from monitor.provision import ensure_topics, topic_ids
 from monitor.refsync import ReferenceSync
 from monitor.settings import Settings
 from monitor.snapshot import Local, snapshot_from
@@ -92,6 +92,7 @@ class Worker:
         self.drift_view: DriftView = self.drift.view()
         self.tracer = telemetry.tracer(settings)
         self.last_progress = time.monotonic()
+        self.topic_ids: dict[str, str] = {}  # of the input topics, as last seen
 
     async def fold(self, events: Sequence[Any], kind: str) -> None:
         with self.tracer.start_as_current_span(
@@ -159,26 +160,32 @@ class Worker:
             stall.restart_in_place()
         self.last_progress = time.monotonic()  # caught up: look again after another period
 
-    async def rewind_lost_logs(self) -> None:
-        """Read again from the beginning any owned input partition whose log ends before
-        what this worker read: a broker that lost its log (or a topic recreated) starts
-        offsets at 0, and Faust silently drops every message at or below the offset it
-        last read (its `_read_offset`, also taken from the group's committed offsets in a
-        fresh process). The partition's checkpoint is gone with the log, so nothing is
-        skipped as a redelivery and nothing counted twice."""
-        consumer = self.app.consumer
-        assigned = sorted(consumer.assignment())
-        for topic in {tp.topic for tp in assigned}:
-            mine = [tp for tp in assigned if tp.topic == topic]
-            ends = await topics.end_offsets(self.settings, topic, [tp.partition for tp in mine])
-            for tp in mine:
-                read = consumer._read_offset.get(tp)  # Faust keeps no public accessor
-                if read is not None and read >= ends.get(tp.partition, read + 1):
-                    log.warning("%s/%d ends at offset %d but offset %d was read here: the "
-                                "broker lost its log; reading it again from the beginning",
-                                tp.topic, tp.partition, ends[tp.partition], read)
-                    self.health["state_lost"] += 1
-                    await consumer.seek(tp, 0)
+    async def check_topics(self) -> None:
+        """Put ragmon's topics back in shape (monitor/provision.py), and read again from
+        the beginning every owned input partition of a topic whose id changed.
+
+        A broker that lost its log (or a topic deleted and recreated) starts offsets at 0
+        under a new topic id, and Faust silently drops every message at or below the
+        offset it last read. The partitions' states are dropped too: their next batch
+        restores the checkpoint, finds it gone or behind what this process applied
+        (`state_lost`) and counts from the new log, skipping nothing as a redelivery."""
+        settings = self.settings
+        for change in await asyncio.to_thread(ensure_topics, settings):
+            log.warning("topic check: %s", change)
+        names = (settings.topic_decisions, settings.topic_labels, settings.topic_feedback)
+        ids = await asyncio.to_thread(topic_ids, settings, names)
+        changed = {name for name, old in self.topic_ids.items() if ids.get(name, old) != old}
+        self.topic_ids.update(ids)
+        assigned = [tp for tp in self.app.consumer.assignment() if tp.topic in changed]
+        if not assigned:
+            return
+        log.warning("topics %s have new ids (the broker lost its log, or they were "
+                    "recreated): reading partitions %s again from the beginning",
+                    sorted(changed), sorted({tp.partition for tp in assigned}))
+        async with self._folding:
+            await self.partitions.forget({tp.partition for tp in assigned})
+            for tp in assigned:
+                await self.app.consumer.seek(tp, 0)
 
     def owns(self, release: str) -> bool:
         """Whether this worker exports and detects on `release` (monitor/merge.py)."""
@@ -335,7 +342,6 @@ def build(settings: Settings) -> Worker:
     @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
     async def watchdog() -> None:
         try:
-            await worker.rewind_lost_logs()
             await worker.check_stall()
         except Exception:  # the broker may be away; the next look retries
             log.exception("stall check failed")
@@ -343,10 +349,9 @@ def build(settings: Settings) -> Worker:
     @app.timer(interval=TOPIC_CHECK_SECONDS)  # type: ignore[untyped-decorator]
     async def topics_in_shape() -> None:
         # A broker that lost its log lets clients auto-create ragmon's topics with one
-        # partition and no compaction: put back what is missing (monitor/provision.py).
+        # partition and no compaction: put back what is missing, re-read what is new.
         try:
-            for change in await asyncio.to_thread(ensure_topics, settings):
-                log.warning("topic check: %s", change)
+            await worker.check_topics()
         except Exception as exc:  # a layout that cannot be repaired, or the broker away
             worker.health["errors"] += 1
             log.error("topic check: %s", exc)

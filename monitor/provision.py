@@ -30,7 +30,7 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 from monitor.connection import ConnectionProblem, TopicProblem, kafka_python_options
 from monitor.settings import Settings
 
-__all__ = ["TopicProblem", "Wanted", "ensure_topics", "wanted"]
+__all__ = ["TopicProblem", "Wanted", "ensure_topics", "topic_ids", "wanted"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,18 @@ def ensure_topics(settings: Settings) -> list[str]:
     except KafkaError as exc:  # authorisation, timeouts: the broker, not the layout
         raise ConnectionProblem(f"Kafka at {settings.bootstrap_servers} refused ragmon's "
                                 f"topic requests: {exc}") from None
+
+
+def topic_ids(settings: Settings, names: tuple[str, ...]) -> dict[str, str]:
+    """The broker's id of each existing topic among `names`: a new id is a new log."""
+    admin = KafkaAdminClient(**kafka_python_options(settings),
+                             request_timeout_ms=int(settings.connect_timeout_seconds * 1000))
+    try:
+        existing = set(admin.list_topics())
+        found = admin.describe_topics([n for n in names if n in existing])
+        return {item["name"]: str(item["topic_id"]) for item in found if item.get("topic_id")}
+    finally:
+        admin.close()
 
 
 def _ensure(admin: KafkaAdminClient, settings: Settings, topics: list[Wanted]) -> list[str]:

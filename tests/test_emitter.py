@@ -13,7 +13,6 @@ from test_worker import outcome, scrape, start_worker, stop, wait_for
 
 from monitor.broker import EmbeddedBroker, free_port
 from monitor.client import DecisionEmitter, ensure_topics
-from monitor.settings import load
 
 
 def _nowhere(**kwargs):
@@ -115,7 +114,7 @@ def test_worker_counts_emitted_decisions(broker, tmp_path):
 def test_broker_outage_never_blocks_and_delivery_resumes(tmp_path):
     port = free_port()
     running = EmbeddedBroker(port=port, log=tmp_path / "broker.log").start()
-    settings = load(bootstrap_servers=running.bootstrap)
+    settings = running.settings()
     ensure_topics(settings)
     emitter = DecisionEmitter(settings, buffer_size=100, delivery_timeout_seconds=4)
     try:

@@ -273,7 +273,11 @@ def test_two_workers_merge_every_partition_and_each_release_has_one_owner(broker
 def test_stall_watchdog_restarts_in_place_and_counts_exactly(broker, tmp_path):
     settings = broker.settings()
     messages = list(Simulator(seed=3).traces(4000))
-    process, port = start_worker(broker, tmp_path, "w", env={"RAGMON_STALL_SECONDS": "3"})
+    # Frozen for longer than the session, so that the group rebalances meanwhile on either
+    # broker (Apache Kafka's shortest session is 6 s).
+    env = {"RAGMON_STALL_SECONDS": "3", "RAGMON_SESSION_TIMEOUT_SECONDS": "6",
+           "RAGMON_HEARTBEAT_INTERVAL_SECONDS": "1"}
+    process, port = start_worker(broker, tmp_path, "w", env=env)
     try:
         produce(settings, settings.topic_decisions, messages[:2000])
         wait_for(lambda: release_traces(scrape(port)) == 2000, what="the first half")
@@ -281,7 +285,7 @@ def test_stall_watchdog_restarts_in_place_and_counts_exactly(broker, tmp_path):
         # limit and unread decisions in its partitions -> it restarts itself in place.
         process.send_signal(signal.SIGSTOP)
         produce(settings, settings.topic_decisions, messages[2000:])
-        time.sleep(6)
+        time.sleep(9)
         process.send_signal(signal.SIGCONT)
         wait_for(lambda: release_traces(scrape(port)) >= 4000, timeout=90,
                  what="every trace after the restart")

@@ -24,7 +24,9 @@ TOTAL = (("dimension", "all"), ("direction", "up"), ("release", RELEASE),
 
 
 def test_worker_alarms_on_index_change_and_obeys_reference_commands(broker, tmp_path,
-                                                                      capsys):
+                                                                      capsys, monkeypatch):
+    for name, value in broker.env().items():  # the in-process `ragmon reference` commands
+        monkeypatch.setenv(name, value)
     # Two slice dimensions keep the number of streams (and threshold simulations) small.
     process, port = start_worker(broker, tmp_path,
                                  env={"RAGMON_ALLOWED_LATENESS_SECONDS": "30",
