@@ -423,7 +423,7 @@ def credentials(settings: Settings) -> faust.auth.Credentials | None:
     return None
 
 
-class _FaustWorker(faust.Worker):  # type: ignore[misc]
+class _FaustWorker(faust.Worker):
     """Faust's worker, with a bound on how long a stop may take.
 
     Faust's own stop waits for agents, the consumer leaving its group and every task; with

@@ -66,3 +66,22 @@ def test_service_monitor_scrapes_the_worker_service_port():
     assert {e["port"] for e in monitor["spec"]["endpoints"]} <= ports
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["readinessProbe"] and container["livenessProbe"] and container["resources"]
+
+
+def test_compose_and_kubernetes_carry_the_same_worker_settings():
+    import tomllib
+
+    from monitor.settings import load
+
+    compose = yaml.safe_load((DEPLOY / "compose.yml").read_text())["services"]
+    env = compose["ragmon-worker-1"]["environment"]
+    from_compose = {k.removeprefix("RAGMON_").lower(): str(v) for k, v in env.items()}
+    docs = list(yaml.safe_load_all((DEPLOY / "k8s" / "worker.yaml").read_text()))
+    config = next(d for d in docs if d["kind"] == "ConfigMap")["data"]["ragmon.toml"]
+    from_k8s = {k: str(v) for k, v in tomllib.loads(config).items()}
+    assert from_compose == from_k8s
+    settings = load(**tomllib.loads(config))  # both are valid settings
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace >= settings.shutdown_seconds + 5  # Kubernetes must not kill a clean stop
+    assert int(compose["ragmon-worker-1"]["stop_grace_period"].rstrip("s")) == grace
