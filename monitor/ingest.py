@@ -50,6 +50,7 @@ REASONS: Final = (
     "bad_timestamp",
     "bad_slice_value",
     "too_large",
+    "bad_unicode",
 )
 
 _CONTENT_KEY = re.compile(
@@ -169,10 +170,17 @@ def _parse_slow(raw: bytes, expect: type[Event] | None) -> Accepted | Rejection:
         if _has_non_finite(clean):
             payload = json.dumps(clean, allow_nan=True).encode()
             return Rejection("non_finite", "NaN or Infinity in a number field", payload, dropped)
-        payload = _ENCODER.encode(clean)
+        payload = _dump(clean)
         schema = clean.get("schema") if isinstance(clean, dict) else None
         tree = _TREES.get(schema) if isinstance(schema, str) else None
-        event = _DECODER.decode(payload if tree is None else _ENCODER.encode(_prune(clean, tree)))
+        try:
+            known = _ENCODER.encode(clean if tree is None else _prune(clean, tree))
+        except UnicodeEncodeError:
+            # A lone surrogate escape ("\ud800") is valid JSON syntax but no Unicode text:
+            # it can be neither a label nor an id. (In an ignored field it does no harm.)
+            return Rejection("bad_unicode", "unpaired surrogate escape (\\ud800-\\udfff) "
+                             "in a string", payload, dropped)
+        event = _DECODER.decode(known)
     except msgspec.ValidationError as exc:
         return Rejection(_classify(str(exc)), str(exc), payload, dropped)
     except RecursionError:
@@ -184,6 +192,15 @@ def _parse_slow(raw: bytes, expect: type[Event] | None) -> Accepted | Rejection:
         if problem is not None:
             return Rejection(problem[0], problem[1], payload, dropped)
     return _check(event, dropped, payload, expect)
+
+
+def _dump(clean: Any) -> bytes:
+    """The dead-letter payload: compact JSON, or ASCII JSON (escapes kept) where a lone
+    surrogate makes the text unencodable as UTF-8."""
+    try:
+        return _ENCODER.encode(clean)
+    except UnicodeEncodeError:
+        return json.dumps(clean, separators=(",", ":")).encode()
 
 
 def _control_characters(trace: Trace) -> tuple[str, str] | None:

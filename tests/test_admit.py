@@ -76,6 +76,13 @@ def _troubled(seed: int) -> tuple[list[bytes], list[bytes]]:
                        "ts": variant["ts"], "source": "human"}  # another topic's message
         # Compact, schema first, UTF-8 unescaped: as an SDK writes it (the fast lane's input).
         odd.append(json.dumps(variant, separators=(",", ":"), ensure_ascii=False).encode())
+    # Lone surrogate escapes: in a label value (bad_unicode), in a content field (dropped)
+    # and in an ignored field (harmless). Valid JSON syntax, no Unicode text.
+    base = dict(good[41], trace_id=f"sur-{seed}")
+    for i, (field, value) in enumerate((("system", dict(base["system"], release="r\ud800")),
+                                        ("question", "\udfff?"), ("note", "\ud83d"))):
+        # json.dumps writes a lone surrogate as its escape (ASCII output)
+        odd.append(json.dumps(dict(base, trace_id=f"sur-{seed}-{i}", **{field: value})).encode())
     odd += (EXAMPLES / "bad-traces.jsonl").read_bytes().splitlines()
     odd += (EXAMPLES / "traces.jsonl").read_bytes().splitlines()
     # Duplicates (some already folded, some repeated within a batch) and late traces.
@@ -133,7 +140,7 @@ def test_both_admissions_leave_the_same_state(seed):
     reasons = {r.reason for _, r in dead_c}
     # The fixture really exercises the detours.
     assert {"late", "reason_required", "out_of_range", "bad_timestamp", "bad_trace_id",
-            "unexpected_schema", "not_json"} <= reasons
+            "unexpected_schema", "not_json", "bad_unicode"} <= reasons
     counters = compiled.counters()
     assert counters.input["duplicates"] > 0 and counters.input["content_fields_dropped"] > 0
     assert counters.events["labels"]["joined"] > 0

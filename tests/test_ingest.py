@@ -168,3 +168,22 @@ def test_reason_code_format():
             b'"system":{"release":"r"},"decision":"abstain","reason":"%s"}')
     assert isinstance(parse(base % b"tenant_policy_2"), Accepted)
     assert parse(base % b"Bad Code").reason == "out_of_range"
+
+
+def test_lone_surrogate_escapes_are_a_rejection_not_an_exception():
+    def trace(**extra: object) -> bytes:
+        event = {"schema": "rag-decision/1", "trace_id": "s1", "ts": "2026-11-29T10:00:00Z",
+                 "system": {"release": "r1"}, "decision": "answer", **extra}
+        return json.dumps(event).encode()  # ASCII: a lone surrogate stays an escape
+
+    in_label = parse(trace(slice={"language": "d\ud800"}))
+    assert isinstance(in_label, Rejection) and in_label.reason == "bad_unicode"
+    assert b"\\ud800" in in_label.payload  # the dead letter keeps it readable, escaped
+    in_key = parse(trace(slice={"\udfff": "x"}))
+    assert isinstance(in_key, Rejection) and in_key.reason == "bad_unicode"
+    in_content = parse(trace(question="\ud800 what is my password?"))
+    assert isinstance(in_content, Accepted) and in_content.content_fields_dropped == 1
+    assert isinstance(parse(trace(note="\ud83d")), Accepted)  # an ignored field
+    assert isinstance(parse(json.dumps({"schema": "rag-label/1", "trace_id": "s1",
+                                        "ts": "2026-11-29T10:00:00Z", "source": "human",
+                                        "extra": "\ud800"}).encode()), Accepted)

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -105,10 +106,13 @@ def test_sasl_ssl_with_the_right_credentials_counts_exactly(secure, tmp_path):
         got = scrape(port)
         assert release_traces(got) == valid + 100
         assert outcome(got, "read") == len(messages) + 100
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
+            metrics = page.read().decode()
     finally:
         stop(process)
     # The password is a secret: never in a log, a page of metrics or --help.
     text = (tmp_path / "worker.log").read_text(errors="replace") + sent.stdout + sent.stderr
+    text += metrics + listing.stdout + listing.stderr
     assert PASSWORD not in text
     assert PASSWORD not in ragmon("worker", "--help", env=env, cwd=tmp_path).stdout
 
