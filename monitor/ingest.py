@@ -12,6 +12,7 @@ dead-letter payload never carries content.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -33,7 +34,7 @@ from monitor.contract import (
 )
 from monitor.parts import Unusual, decode_trace
 
-__all__ = ["REASONS", "Accepted", "Rejection", "parse", "strip_content"]
+__all__ = ["REASONS", "Accepted", "Rejection", "parse", "strip_content", "unparsed_payload"]
 
 REASONS: Final = (
     "not_json",
@@ -68,7 +69,6 @@ _DECODER: Final = msgspec.json.Decoder(Trace | Label | Feedback)
 # its repeating parts once (monitor/parts.py).
 TRACE_PREFIX: Final = b'{"schema":"rag-decision/1"'
 _ENCODER: Final = msgspec.json.Encoder()
-_DROPPED_MARK = b'..."[content fields dropped]"'
 
 
 class Accepted(msgspec.Struct, frozen=True, gc=False):
@@ -283,11 +283,16 @@ def _has_non_finite(obj: Any) -> bool:
 
 
 def _reject_unparsed(reason: str, detail: str, raw: bytes) -> Rejection:
-    """A rejection for bytes we could not parse: cut at the first content key, if any."""
-    match = _CONTENT_KEY.search(raw)
-    if match is None and b"\\u" in raw:
-        match = re.search(rb'"[^"]*\\u', raw)
-    if match is None:
-        return Rejection(reason, detail, raw, 0)
-    dropped = max(1, len(_CONTENT_KEY.findall(raw)))
-    return Rejection(reason, detail, raw[: match.start()] + _DROPPED_MARK, dropped)
+    """A rejection for bytes we could not parse (or would not: too large). Their content
+    cannot be told from the rest (UTF-16, a key without its colon, a cut message), so the
+    dead letter holds none of them: only their length and hash (`unparsed_payload`)."""
+    dropped = len(_CONTENT_KEY.findall(raw)) if len(raw) <= 1 << 20 else 0
+    return Rejection(reason, detail, unparsed_payload(raw), dropped)
+
+
+def unparsed_payload(raw: bytes) -> bytes:
+    """The dead-letter form of a message that was not parsed: its size and SHA-256, so
+    that it can be matched with the producer's records; the message itself stays in its
+    source topic (the dead letter's `ragmon.source.*` headers point at it)."""
+    digest = hashlib.sha256(raw).hexdigest()
+    return b'{"unparsed":{"bytes":%d,"sha256":"%s"}}' % (len(raw), digest.encode())

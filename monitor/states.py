@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from monitor import checkpoint, memory
-from monitor.ingest import Rejection
+from monitor.ingest import Rejection, unparsed_payload
 from monitor.pipeline import Pipeline
 from monitor.settings import Settings
 from monitor.slices import Cap, Slicer
@@ -152,7 +152,7 @@ def _fold(pipeline: Pipeline, raws: list[bytes], kind: str) -> list[tuple[int, R
         return pipeline.feed_events(raws, kind)
     except Exception as exc:  # the one broad except: a bad batch must not stop the stream
         traceback.print_exc()
-        return [(i, Rejection("worker_error", repr(exc)[:200], raw, 0))
+        return [(i, Rejection("worker_error", repr(exc)[:200], unparsed_payload(raw), 0))
                 for i, raw in enumerate(raws)]
 
 

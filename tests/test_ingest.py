@@ -187,3 +187,27 @@ def test_lone_surrogate_escapes_are_a_rejection_not_an_exception():
     assert isinstance(parse(json.dumps({"schema": "rag-label/1", "trace_id": "s1",
                                         "ts": "2026-11-29T10:00:00Z", "source": "human",
                                         "extra": "\ud800"}).encode()), Accepted)
+
+
+@pytest.mark.parametrize("raw", [
+    '{"schema":"rag-decision/1","question":"MARKER-41"'.encode("utf-16"),  # cut UTF-16
+    '{"schema":"rag-decision/1","question":"MARKER-41"'.encode("utf-32"),
+    b'{"schema":"rag-decision/1","question" "MARKER-41"}',  # a key without its colon
+    b'{"schema":"rag-decision/1","qu\\u0065stion":"MARKER-41",',  # escaped key, cut
+    b"\xef\xbb\xbf" + b'{"question":"MARKER-41" ',  # BOM, cut
+    b'["MARKER-41", ' + b"1," * 10,  # not an object, cut
+    b'{"question":"MARKER-41","pad":"' + b"x" * 300_000 + b'"}',  # too large
+])
+def test_unparsed_dead_letters_hold_no_bytes_of_the_message(raw):
+    result = parse(raw)
+    assert isinstance(result, Rejection)
+    assert b"MARKER" not in result.payload
+    summary = json.loads(result.payload)["unparsed"]
+    assert summary["bytes"] == len(raw) and len(summary["sha256"]) == 64
+
+
+def test_json_in_utf16_is_parsed_and_its_content_dropped():
+    event = {"schema": "rag-decision/1", "trace_id": "u16", "ts": "2026-11-29T10:00:00Z",
+             "system": {"release": "r1"}, "decision": "answer", "question": "MARKER-42"}
+    result = parse(json.dumps(event).encode("utf-16"))
+    assert isinstance(result, Accepted) and result.content_fields_dropped == 1
