@@ -457,6 +457,9 @@ def run(settings: Settings, loglevel: str = "info") -> None:
         raise PortInUse(f"cannot serve metrics on {settings.metrics_host}:"
                         f"{settings.metrics_port} (metrics_port): {exc.strerror}") from None
     log.info("metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
+    # The input topics' ids as this worker starts: a later change means a new log.
+    worker.topic_ids = topic_ids(settings, (settings.topic_decisions, settings.topic_labels,
+                                            settings.topic_feedback))
     faust_worker = _FaustWorker(worker.app, loglevel=loglevel)
     faust_worker.shutdown_seconds = settings.shutdown_seconds
     faust_worker.execute_from_commandline()

@@ -252,3 +252,39 @@ def test_sigterm_stops_the_worker_within_ten_seconds_in_every_state(broker, tmp_
     times["broker gone"] = _sigterm_seconds(process)
     print("seconds from SIGTERM to exit:", times)
     assert all(seconds <= 10 for seconds in times.values()), times
+
+
+def test_topics_that_break_guarantees_are_repaired_or_refused(tmp_path):
+    """A state topic created by hand without compaction and with Kafka's 1 MB record limit
+    is repaired; a decisions topic with one partition that already holds traces is
+    refused in one line that names it and the fix."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+
+    from monitor.connection import kafka_python_options
+
+    with ApacheKafka(tmp_path) as kafka:
+        settings = kafka.settings()
+        admin = KafkaAdminClient(**kafka_python_options(settings))
+        try:
+            admin.create_topics([NewTopic(settings.topic_state, 4, 1),
+                                 NewTopic(settings.topic_decisions, 1, 1)])
+            produce(settings, settings.topic_decisions, list(Simulator(seed=1).traces(10)))
+            env = {"RAGMON_BOOTSTRAP_SERVERS": kafka.bootstrap}
+            refused = ragmon("worker", env=env, cwd=tmp_path)
+            assert refused.returncode == 1
+            line = one_line(refused.stderr)
+            assert "rag.decisions has 1 partition(s) and holds data" in line
+            assert "RAGMON_PARTITIONS=1" in line
+            # Following the topic (as the message says) starts, and repairs the state topic.
+            fixed = ragmon("produce", "-", env={**env, "RAGMON_PARTITIONS": "1"}, cwd=tmp_path)
+            assert fixed.returncode == 0, fixed.stderr
+            assert "ragmon.state: set cleanup.policy=compact (was delete)" in fixed.stderr
+            found = admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, settings.topic_state,
+                                {"cleanup.policy": None, "max.message.bytes": None})],
+                config_filter="all")["topic"][settings.topic_state]
+            assert found["cleanup.policy"]["value"] == "compact"
+            assert int(found["max.message.bytes"]["value"]) == settings.state_max_bytes
+        finally:
+            admin.close()
