@@ -84,18 +84,20 @@ def topic_ids(settings: Settings, names: tuple[str, ...]) -> dict[str, str]:
 
 def _ensure(admin: KafkaAdminClient, settings: Settings, topics: list[Wanted]) -> list[str]:
     existing = set(admin.list_topics())
-    missing = [t for t in topics if t.name not in existing]
-    changes = [f"created topic {t.name} ({t.partitions} partitions)" for t in missing]
-    if missing:
-        with suppress(TopicAlreadyExistsError):  # another worker created it first
-            admin.create_topics([NewTopic(t.name, t.partitions, 1, topic_configs=t.configs)
-                                 for t in missing])
     present = [t for t in topics if t.name in existing]
     counts = _partition_counts(admin, [t.name for t in present])
+    changes: list[str] = []
+    # Existing topics first: a refusal must leave nothing half-created behind.
     for topic in present:
         changes += _fix_partitions(admin, settings, topic, counts[topic.name])
     if settings.check_topic_configs:
         changes += _fix_configs(admin, [t for t in present if t.configs])
+    missing = [t for t in topics if t.name not in existing]
+    if missing:
+        with suppress(TopicAlreadyExistsError):  # another worker created it first
+            admin.create_topics([NewTopic(t.name, t.partitions, 1, topic_configs=t.configs)
+                                 for t in missing])
+        changes += [f"created topic {t.name} ({t.partitions} partitions)" for t in missing]
     return changes
 
 

@@ -44,9 +44,11 @@ def one_line(stderr: str) -> str:
     return lines[0]
 
 
-@pytest.fixture
-def secure(tmp_path):
-    with ApacheKafka(tmp_path, secure=True) as running:
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory):
+    """One SASL_SSL broker for the module: its tests only connect, or count on their own
+    consumer group (a broker start is ~5 s)."""
+    with ApacheKafka(tmp_path_factory.mktemp("secure"), secure=True) as running:
         yield running
 
 
