@@ -407,8 +407,12 @@ def check_port(settings: Settings) -> None:
         try:
             probe.bind((settings.metrics_host, settings.metrics_port))
         except OSError as exc:
-            raise PortInUse(f"cannot serve metrics on {settings.metrics_host}:"
-                            f"{settings.metrics_port} (metrics_port): {exc.strerror}") from None
+            raise _port_in_use(settings, exc) from None
+
+
+def _port_in_use(settings: Settings, exc: OSError) -> PortInUse:
+    return PortInUse(f"cannot serve metrics on {settings.metrics_host}:"
+                     f"{settings.metrics_port} (metrics_port): {exc.strerror}")
 
 
 def credentials(settings: Settings) -> faust.auth.Credentials | None:
@@ -453,9 +457,8 @@ def run(settings: Settings, loglevel: str = "info") -> None:
     worker = build(settings)
     try:  # before Faust starts: a port in use is one line, not a task failing inside it
         serve(worker.collector, settings.metrics_host, settings.metrics_port)
-    except OSError as exc:
-        raise PortInUse(f"cannot serve metrics on {settings.metrics_host}:"
-                        f"{settings.metrics_port} (metrics_port): {exc.strerror}") from None
+    except OSError as exc:  # taken between check_port and now
+        raise _port_in_use(settings, exc) from None
     log.info("metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
     # The input topics' ids as this worker starts: a later change means a new log.
     worker.topic_ids = topic_ids(settings, (settings.topic_decisions, settings.topic_labels,
