@@ -51,7 +51,8 @@ def free_ports(count: int) -> int:
 
 
 class PortTaken(RuntimeError):
-    pass
+    """A start that failed for a reason another attempt avoids (a port taken meanwhile,
+    an unlucky cluster id)."""
 
 
 class Embedded(EmbeddedBroker):
@@ -150,6 +151,12 @@ class ApacheKafka:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 if log.exists() and b"Address already in use" in log.read_bytes():
+                    raise PortTaken(self.port)
+                # kafka-server draws a random base64url cluster id; one starting with "-"
+                # (1 in 64) is read by the storage tool as an option: draw again.
+                out = self.workdir / "kafka.out"
+                if out.exists() and b"--cluster-id/-t: expected one argument" in out.read_bytes():
+                    out.write_bytes(b"")
                     raise PortTaken(self.port)
                 raise RuntimeError(f"kafka-server exited with {self.process.returncode}; "
                                    f"see {self.workdir / 'kafka.out'}")
