@@ -30,7 +30,6 @@ import asyncio
 import json
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -55,7 +54,7 @@ from monitor.settings import Settings
 from monitor.snapshot import Local, snapshot_from
 from monitor.watch import Watch
 
-__all__ = ["PortInUse", "Worker", "build", "check_port", "credentials", "run"]
+__all__ = ["Worker", "build", "credentials", "run"]
 
 log = logging.getLogger("ragmon.worker")
 TOPIC_CHECK_SECONDS = 10.0
@@ -396,25 +395,6 @@ def _agent(worker: Worker, kind: str, topic: Any) -> None:
     worker.app.agent(topic, name=f"ragmon.fold_{kind}")(consume)
 
 
-class PortInUse(Exception):
-    """The metrics endpoint cannot listen; the message names the address."""
-
-
-def check_port(settings: Settings) -> None:
-    """Raise PortInUse if the metrics endpoint cannot listen where it is set to."""
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((settings.metrics_host, settings.metrics_port))
-        except OSError as exc:
-            raise _port_in_use(settings, exc) from None
-
-
-def _port_in_use(settings: Settings, exc: OSError) -> PortInUse:
-    return PortInUse(f"cannot serve metrics on {settings.metrics_host}:"
-                     f"{settings.metrics_port} (metrics_port): {exc.strerror}")
-
-
 def credentials(settings: Settings) -> faust.auth.Credentials | None:
     """The connection settings as Faust takes them (the same TLS context as every client)."""
     context = ssl_context(settings)
@@ -455,10 +435,8 @@ def _exit_now(signal: Any) -> None:
 def run(settings: Settings, loglevel: str = "info") -> None:
     """Run a worker until it is stopped (SIGTERM / Ctrl-C)."""
     worker = build(settings)
-    try:  # before Faust starts: a port in use is one line, not a task failing inside it
-        serve(worker.collector, settings.metrics_host, settings.metrics_port)
-    except OSError as exc:  # taken between check_port and now
-        raise _port_in_use(settings, exc) from None
+    # Before Faust starts: a port in use is one line (PortInUse), not a task failing inside it.
+    serve(worker.collector, settings.metrics_host, settings.metrics_port)
     log.info("metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
     # The input topics' ids as this worker starts: a later change means a new log.
     worker.topic_ids = topic_ids(settings, (settings.topic_decisions, settings.topic_labels,

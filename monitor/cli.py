@@ -193,14 +193,15 @@ def _connect(settings: Any) -> None:
 
 def _worker(args: argparse.Namespace) -> int:
     from monitor import app
+    from monitor.export import PortInUse, check_port
 
     settings = load(args.config, **_kafka_overrides(args))
     try:
-        app.check_port(settings)  # first: a busy port is one line, and nothing was created
+        check_port(settings.metrics_host, settings.metrics_port)  # first: nothing created yet
         _connect(settings)
         tune_gc()
         app.run(settings, args.loglevel)
-    except app.PortInUse as exc:
+    except PortInUse as exc:
         print(f"ragmon: {exc}", file=sys.stderr)
         return 1
     return 0

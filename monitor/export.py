@@ -12,6 +12,7 @@ did not fit is counted in `ragmon_series_dropped`. Label values come from capped
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
@@ -33,7 +34,15 @@ from monitor.layout import CLAIM_KINDS, LABEL_COUNTS, Layout
 from monitor.snapshot import ALL, Snapshot, snapshot_of
 
 __all__ = [
-    "ALL", "METRICS", "Collector", "Snapshot", "families", "parse_exposition", "serve",
+    "ALL",
+    "METRICS",
+    "Collector",
+    "PortInUse",
+    "Snapshot",
+    "check_port",
+    "families",
+    "parse_exposition",
+    "serve",
     "snapshot_of",
 ]
 
@@ -284,12 +293,33 @@ class _Families:
                 *self.gauges.values(), self.label_rate, self.label_rate_traces]
 
 
+class PortInUse(Exception):
+    """The metrics endpoint cannot listen; the message names the address."""
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise PortInUse if the metrics endpoint cannot listen at host:port."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise _port_in_use(host, port, exc) from None
+
+
+def _port_in_use(host: str, port: int, exc: OSError) -> PortInUse:
+    return PortInUse(f"cannot serve metrics on {host}:{port} (metrics_port): {exc.strerror}")
+
+
 def serve(collector: Collector, host: str, port: int) -> CollectorRegistry:
     """Serve `collector` (alone: no process metrics) with prometheus_client's own HTTP
     server, which negotiates OpenMetrics (exemplars) as well as the text format."""
     registry = CollectorRegistry()
     registry.register(collector)
-    start_http_server(port, addr=host, registry=registry)
+    try:
+        start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:  # taken since check_port
+        raise _port_in_use(host, port, exc) from None
     return registry
 
 
