@@ -50,6 +50,7 @@ from monitor.merge import Merger, owner
 from monitor.partitions import Group, Partitions
 from monitor.provision import ensure_topics, topic_ids
 from monitor.refsync import ReferenceSync
+from monitor.rewind import lost_offsets, rewind, rewind_lost_offsets
 from monitor.settings import Settings
 from monitor.snapshot import Local, snapshot_from
 from monitor.watch import Watch
@@ -161,11 +162,12 @@ class Worker:
 
     async def check_topics(self) -> None:
         """Put ragmon's topics back in shape (monitor/provision.py), and read again from
-        the beginning every owned input partition of a topic whose id changed.
+        the beginning every owned input partition whose topic id changed or whose
+        committed offset lies beyond the log's end (monitor/rewind.py).
 
         A broker that lost its log (or a topic deleted and recreated) starts offsets at 0
-        under a new topic id, and Faust silently drops every message at or below the
-        offset it last read. The partitions' states are dropped too: their next batch
+        under a new topic id, and Faust silently drops every message below the offset it
+        last read or committed. The partitions' states are dropped too: their next batch
         restores the checkpoint, finds it gone or behind what this process applied
         (`state_lost`) and counts from the new log, skipping nothing as a redelivery."""
         settings = self.settings
@@ -175,16 +177,21 @@ class Worker:
         ids = await asyncio.to_thread(topic_ids, settings, names)
         changed = {name for name, old in self.topic_ids.items() if ids.get(name, old) != old}
         self.topic_ids.update(ids)
-        assigned = [tp for tp in self.app.consumer.assignment() if tp.topic in changed]
+        lost = await asyncio.to_thread(lost_offsets, settings, names)
+        assigned = [tp for tp in self.app.consumer.assignment()
+                    if tp.topic in changed or tp in lost]
         if not assigned:
             return
-        log.warning("topics %s have new ids (the broker lost its log, or they were "
-                    "recreated): reading partitions %s again from the beginning",
-                    sorted(changed), sorted({tp.partition for tp in assigned}))
+        if changed:
+            log.warning("topics %s have new ids (the broker lost its log, or they were "
+                        "recreated)", sorted(changed))
+        for line in (lost[tp] for tp in assigned if tp in lost):
+            log.warning("%s", line)
+        log.warning("reading partitions %s again from the beginning",
+                    sorted({tp.partition for tp in assigned}))
         async with self._folding:
             await self.partitions.forget({tp.partition for tp in assigned})
-            for tp in assigned:
-                await self.app.consumer.seek(tp, 0)
+            await rewind(self.app.consumer, assigned)
 
     def owns(self, release: str) -> bool:
         """Whether this worker exports and detects on `release` (monitor/merge.py)."""
@@ -438,9 +445,12 @@ def run(settings: Settings, loglevel: str = "info") -> None:
     # Before Faust starts: a port in use is one line (PortInUse), not a task failing inside it.
     serve(worker.collector, settings.metrics_host, settings.metrics_port)
     log.info("metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
-    # The input topics' ids as this worker starts: a later change means a new log.
-    worker.topic_ids = topic_ids(settings, (settings.topic_decisions, settings.topic_labels,
-                                            settings.topic_feedback))
+    # The input topics' ids as this worker starts: a later change means a new log; and
+    # offsets the group committed against a log the broker has since lost are reset.
+    inputs = (settings.topic_decisions, settings.topic_labels, settings.topic_feedback)
+    worker.topic_ids = topic_ids(settings, inputs)
+    for change in rewind_lost_offsets(settings, inputs):
+        log.warning("%s", change)
     faust_worker = _FaustWorker(worker.app, loglevel=loglevel)
     faust_worker.shutdown_seconds = settings.shutdown_seconds
     faust_worker.execute_from_commandline()

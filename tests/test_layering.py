@@ -16,14 +16,15 @@ ORDER = [
     "streams", "drift", "pipeline", "watch", "backtest", "frame", "compare", "gate", "summary",
     "checkpoint", "merge", "snapshot", "states", "status", "export", "simulate",
     "render", "files", "plots", "documents",
-    "broker", "provision", "client", "references", "telemetry", "topics", "refsync", "stall",
-    "batches", "partitions",
+    "broker", "provision", "rewind", "client", "references", "telemetry", "topics", "refsync",
+    "stall", "batches", "partitions",
     "app", "demo",
     "analyze",
     "cli",
 ]
 THIRD_PARTY_HOMES = {
-    "faust": {"app"}, "prometheus_client": {"export", "status"}, "kafka": {"client", "provision"},
+    "faust": {"app"}, "prometheus_client": {"export", "status"},
+    "kafka": {"client", "provision", "rewind"},
     "scipy": {"detectors"}, "pydantic": {"settings"}, "pydantic_settings": {"settings"},
     "rich": {"render"}, "matplotlib": {"plots"}, "yaml": {"analyze"},
 }

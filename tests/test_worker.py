@@ -7,6 +7,7 @@ producing, aiokafka reading the dead-letter topic, HTTP scrapes of /metrics.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -21,11 +22,13 @@ from collections import Counter
 import pytest
 from aiokafka import AIOKafkaConsumer
 from conftest import lines
-from kafka import KafkaAdminClient
+from kafka import KafkaAdminClient, TopicPartition
+from kafka.errors import KafkaError
+from kafka.structs import OffsetAndMetadata
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.broker import free_port
-from monitor.client import produce
+from monitor.client import ensure_topics, produce
 from monitor.connection import kafka_python_options
 from monitor.ingest import Accepted, Rejection, parse
 from monitor.simulate import Simulator
@@ -302,11 +305,7 @@ def test_stall_watchdog_restarts_in_place_and_counts_exactly(broker, tmp_path):
         stop(process)
 
 
-def test_broker_restart_with_an_empty_log_is_detected_and_new_traces_count(broker, tmp_path,
-                                                                          request):
-    if broker.name == "kafka":  # passes alone and in most full runs; 2 of 5 CI runs timed out
-        request.applymarker(pytest.mark.xfail(strict=False, reason="flaky on Apache Kafka: "
-                                              "see the session 13 note on issue #21"))
+def test_broker_restart_with_an_empty_log_is_detected_and_new_traces_count(broker, tmp_path):
     settings = broker.settings()
     sim = Simulator(seed=3)
     process, port = start_worker(broker, tmp_path)
@@ -326,6 +325,38 @@ def test_broker_restart_with_an_empty_log_is_detected_and_new_traces_count(broke
                        what="new traces counted after the restart")
         assert got[("ragmon_redelivered_skipped_total", ())] == 0
         assert got[("ragmon_state_lost_total", ())] >= 1
+    finally:
+        stop(process)
+
+
+def test_offsets_committed_beyond_the_log_are_reset_when_a_worker_starts(broker, tmp_path):
+    """A group whose committed offsets lie beyond the log's end (committed against a log
+    the broker has since lost) would make Faust skip every trace of the new log."""
+    settings = broker.settings(app_id="ragmon-test")
+    ensure_topics(settings)
+    messages = list(Simulator(seed=5).traces(1000))
+    valid = sum(isinstance(parse(m), Accepted) for m in messages)
+    produce(settings, settings.topic_decisions, messages)
+    admin = KafkaAdminClient(**kafka_python_options(settings))
+    try:
+        stale = {TopicPartition(settings.topic_decisions, p): OffsetAndMetadata(5000, "", -1)
+                 for p in range(settings.partitions)}
+
+        def committed() -> dict:
+            with contextlib.suppress(KafkaError):  # a new cluster's coordinator comes up first
+                admin.alter_group_offsets(settings.app_id, stale)
+                return {tp: m.offset for tp, m in admin.list_group_offsets(
+                    {settings.app_id: list(stale)})[settings.app_id].items()}
+            return {}
+
+        wait_for(lambda: committed() == dict.fromkeys(stale, 5000), what="stale offsets")
+    finally:
+        admin.close()
+    process, port = start_worker(broker, tmp_path)
+    try:
+        wait_for(lambda: release_traces(scrape(port)) == valid, timeout=90,
+                 what="every trace of the log read from its start")
+        assert b"beyond the log's end" in (tmp_path / "worker.log").read_bytes()
     finally:
         stop(process)
 
