@@ -1,15 +1,21 @@
-"""Builds the optional compiled fold and admission (monitor/_fold.pyx, monitor/_admit.pyx);
+"""Builds the compiled fold and admission (monitor/aggregate/_fold.pyx and _admission.pyx);
 metadata lives in pyproject.toml.
 
-Without a C compiler the build goes on (`optional=True`) and ragmon runs the same fold
-in pure Python (monitor/fold.py picks whichever is there), ~1.9x slower on replay.
+Without a C compiler the build goes on and ragmon runs the same code in pure Python
+(monitor/aggregate/compiled.py picks whichever is there), ~1.9x slower on replay. With
+RAGMON_REQUIRE_COMPILED=1 (set in .ci/run) a failed compile fails the install instead.
 """
+
+import os
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
+REQUIRED = os.environ.get("RAGMON_REQUIRE_COMPILED", "") not in ("", "0")
+
 setup(ext_modules=cythonize(
-    [Extension(f"monitor.{name}", [f"monitor/{name}.pyx"], optional=True,
-               extra_compile_args=["-O2"]) for name in ("_fold", "_admit")],
+    [Extension(f"monitor.aggregate.{name}", [f"monitor/aggregate/{name}.pyx"],
+               optional=not REQUIRED, extra_compile_args=["-O2"])
+     for name in ("_fold", "_admission")],
     compiler_directives={"language_level": "3"},
 ))

@@ -3,7 +3,7 @@
     python alerts/generate.py   # rewrites the rules, their promtool tests and Grafana's copy
 
 The committed file must equal this script's output (tests/test_alerts.py), and every
-metric an expression uses must be one `monitor.export.METRICS` declares.
+metric an expression uses must be one `monitor.export.collector.METRICS` declares.
 """
 
 from __future__ import annotations

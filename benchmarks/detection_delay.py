@@ -9,7 +9,7 @@ reset after each alarm), so delays compare at equal false-alarm rates.
 - ragmon: `detectors.location/spread/rate` with the reference frozen from the first
   2,000 traces of each stream (its default), threshold from `thresholds.threshold`
   (the product's own calibration: no tuning on this benchmark); after the freeze the
-  reference grows by the product's policy (`monitor.growth`: alarm-free blocks of 2,000
+  reference grows by the product's policy (`monitor.detect.growth`: alarm-free blocks of 2,000
   traces join one block late, up to `--reference-max-traces`, default 20,000 as the
   setting; 0 keeps it frozen), the threshold recalibrated for each size.
 - oracle: CUSUM of the true per-trace log-likelihood ratio (knows pre- and post-change
@@ -48,9 +48,9 @@ import numpy as np
 from river import drift as river_drift
 from scipy import special, stats
 
-from monitor import detectors as det
-from monitor.growth import Growth
-from monitor.thresholds import threshold as ragmon_threshold
+from monitor.detect import detectors as det
+from monitor.detect.growth import Growth
+from monitor.detect.thresholds import threshold as ragmon_threshold
 
 W = 20
 ARL0 = 10_000
@@ -116,7 +116,7 @@ Step = Callable[[np.ndarray], bool]
 
 def ragmon(kind: str, sign: int, limit: int) -> Callable[[np.ndarray], Step]:
     """ragmon's detector; after the freeze its reference grows by the product's policy
-    (`monitor.growth`, blocks of the reference's own size) up to `limit` traces."""
+    (`monitor.detect.growth`, blocks of the reference's own size) up to `limit` traces."""
     def family_of(ref: np.ndarray) -> det.Family:
         n = float(len(ref))
         if kind == "rate":

@@ -10,7 +10,7 @@ cache-warm loop (RESULTS.md), do not show. Use it to compare two versions of the
     python benchmarks/instructions.py --traces 20000 [--against /path/to/other/checkout]
 
 Stages: msgspec decode only, `ingest.parse`, the full pipeline compiled (admission and
-fold, monitor/_admit.pyx and _fold.pyx) and pure Python (as `replay_throughput.py`,
+fold, monitor/aggregate/_admission.pyx and _fold.pyx) and pure Python (as `replay_throughput.py`,
 batches of 1000). The other checkout needs its compiled parts built (`python setup.py
 build_ext --inplace` there).
 """
@@ -33,11 +33,11 @@ def run_stage(stage: str, n: int) -> None:
     """The child: one stage over the first `n` traces of the replay benchmark's file."""
     import msgspec
 
+    from monitor.aggregate.fold import Folder
+    from monitor.aggregate.pipeline import Pipeline
     from monitor.cli import tune_gc
-    from monitor.contract import Event
-    from monitor.fold import Folder
-    from monitor.ingest import parse
-    from monitor.pipeline import Pipeline
+    from monitor.ingest.contract import Event
+    from monitor.ingest.parse import parse
     from monitor.settings import load
 
     lines = []
@@ -55,7 +55,7 @@ def run_stage(stage: str, n: int) -> None:
     else:
         try:  # compiled admission and fold, or the pure-Python references
             pipeline = Pipeline(load(), compiled=stage == "compiled")
-        except TypeError:  # a checkout from before monitor/_admit.pyx: only the fold
+        except TypeError:  # a checkout from before monitor/aggregate/_admission.pyx: only the fold
             pipeline = Pipeline(load())
             pipeline.folder = Folder(pipeline.layout, pipeline.admit_missing,
                                      stage == "compiled")

@@ -17,8 +17,9 @@ as ratios:
 3. ingest.parse per message (validation + content scan, no aggregation);
 4. the full pipeline (parse, dedupe, lateness, slicing, fold, window closing) as
    `ragmon replay` runs it, in batches of 1000: pure Python (the references: per-message
-   admission in monitor/admit.py, column-wise encode + scatter) and compiled (admission
-   and fold in C: monitor/_admit.pyx, monitor/_fold.pyx), rounds interleaved.
+   admission in monitor/aggregate/admission.py, column-wise encode + scatter) and compiled
+   (admission and fold in C: monitor/aggregate/_admission.pyx and _fold.pyx), rounds
+   interleaved.
 
     python benchmarks/replay_throughput.py --traces 200000 [--repeat 3]
 """
@@ -34,11 +35,11 @@ from pathlib import Path
 import msgspec
 import orjson
 
-from monitor import admit, fold
+from monitor.aggregate.compiled import COMPILED
+from monitor.aggregate.pipeline import Pipeline
 from monitor.cli import tune_gc
-from monitor.contract import Event
-from monitor.ingest import parse
-from monitor.pipeline import Pipeline
+from monitor.ingest.contract import Event
+from monitor.ingest.parse import parse
 from monitor.settings import load
 from monitor.simulate import Simulator
 
@@ -126,7 +127,7 @@ def main() -> None:
     stages = [("msgspec decode only", decode_only), (YARDSTICK, yardstick),
               ("ingest.parse", parse_only),
               ("full pipeline, pure Python", lambda: full(False))]
-    if admit.COMPILED and fold.COMPILED:
+    if COMPILED:
         stages.append(("full pipeline, compiled", lambda: full(True)))
     for gc_mode in ("default gc", "tuned gc (as ragmon replay)"):
         if gc_mode.startswith("tuned"):

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from monitor.cli import main
-from monitor.compare import compare
-from monitor.frame import load
+from monitor.offline.compare import compare
+from monitor.offline.frame import load
 from monitor.simulate import Simulator
 
 DATA = Path(__file__).parent / "data"

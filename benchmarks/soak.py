@@ -22,7 +22,7 @@ from pathlib import Path
 
 from monitor.broker import EmbeddedBroker, free_port
 from monitor.client import Sender, ensure_topics
-from monitor.export import parse_exposition
+from monitor.export.collector import parse_exposition
 from monitor.simulate import Simulator
 
 
@@ -114,7 +114,7 @@ def main() -> None:
         print("references never froze: no warm-up point keyed to them")
     else:
         growth("references frozen and calibrated", rows[frozen + 2:])
-        # References then grow (monitor/growth.py) and are recalibrated at each step:
+        # References then grow (monitor/detect/growth.py) and are recalibrated at each step:
         # warm two samples after their sizes stopped changing (as after the freeze).
         final = max((i for i, r in enumerate(rows) if r[8] != rows[-1][8]), default=-1) + 1
         growth("references at their final size and calibrated", rows[final + 2:])

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer
 
-from monitor import checkpoint
+from monitor.aggregate import checkpoint
 from monitor.broker import EmbeddedBroker, free_port
 from monitor.client import ensure_topics, produce
 from monitor.settings import load

@@ -4,7 +4,7 @@
 
 Plain dicts, no SDK: the JSON stays reviewable and the committed files must equal this
 script's output (tests/test_dashboards.py), which also checks that every metric a
-query uses is one `monitor.export.METRICS` declares.
+query uses is one `monitor.export.collector.METRICS` declares.
 """
 
 from __future__ import annotations

@@ -11,9 +11,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, Any
 
-from monitor import analyze, render
-from monitor.connection import ConnectionProblem, TopicProblem
-from monitor.files import (
+from monitor.aggregate.pipeline import Pipeline
+from monitor.ingest.parse import Rejection
+from monitor.offline import analyze
+from monitor.offline import terminal as render
+from monitor.offline.files import (
     BATCH,
     InputError,
     batches,
@@ -22,11 +24,10 @@ from monitor.files import (
     open_out,
     total_bytes,
 )
-from monitor.ingest import Rejection
-from monitor.pipeline import Pipeline
+from monitor.offline.replay import build
 from monitor.settings import SettingsError, load
 from monitor.simulate import SCENARIOS, Simulator
-from monitor.summary import build
+from monitor.worker.connection import ConnectionProblem, TopicProblem
 
 __all__ = ["main"]
 
@@ -183,8 +184,8 @@ def _connect(settings: Any) -> None:
     topics; a problem is one line (ConnectionProblem, TopicProblem), never a traceback."""
     import asyncio
 
-    from monitor.provision import ensure_topics
-    from monitor.topics import check_connection
+    from monitor.worker.provision import ensure_topics
+    from monitor.worker.topics import check_connection
 
     asyncio.run(check_connection(settings))
     for change in ensure_topics(settings):
@@ -192,15 +193,15 @@ def _connect(settings: Any) -> None:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from monitor import app
-    from monitor.export import PortInUse, check_port
+    from monitor.export.collector import PortInUse, check_port
+    from monitor.worker import process
 
     settings = load(args.config, **_kafka_overrides(args))
     try:
         check_port(settings.metrics_host, settings.metrics_port)  # first: nothing created yet
         _connect(settings)
         tune_gc()
-        app.run(settings, args.loglevel)
+        process.run(settings, args.loglevel)
     except PortInUse as exc:
         print(f"ragmon: {exc}", file=sys.stderr)
         return 1
@@ -290,8 +291,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _backtest(args: argparse.Namespace) -> int:
-    from monitor.backtest import Backtest
-    from monitor.drift import DriftConfig
+    from monitor.detect.drift import DriftConfig
+    from monitor.offline.backtest import Backtest
 
     overrides: dict[str, Any] = {}
     if args.window_seconds is not None:
@@ -333,7 +334,7 @@ def _backtest(args: argparse.Namespace) -> int:
 
 
 def _reference(args: argparse.Namespace) -> int:
-    from monitor import references
+    from monitor.offline import reference_store as references
 
     settings = load(args.config, **_kafka_overrides(args))
     if not (args.action == "freeze" and args.no_publish):  # the others use the topic

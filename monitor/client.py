@@ -22,11 +22,11 @@ import msgspec
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from opentelemetry import trace as otel_trace
 
-from monitor.connection import kafka_python_options as connection
-from monitor.contract import CONTENT_FIELDS
-from monitor.ingest import Rejection, parse, strip_content
-from monitor.provision import ensure_topics
+from monitor.ingest.contract import CONTENT_FIELDS
+from monitor.ingest.parse import Rejection, parse, strip_content
 from monitor.settings import Settings
+from monitor.worker.connection import kafka_python_options as connection
+from monitor.worker.provision import ensure_topics
 
 __all__ = [
     "DecisionEmitter", "Sender", "ensure_topics", "key_of", "produce", "publish",

@@ -18,10 +18,10 @@ from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
 
-from monitor import render
 from monitor.broker import EmbeddedBroker, free_port
 from monitor.client import Sender, ensure_topics
-from monitor.export import parse_exposition
+from monitor.export.collector import parse_exposition
+from monitor.offline import terminal as render
 from monitor.settings import Settings
 from monitor.simulate import Simulator
 

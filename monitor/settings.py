@@ -25,7 +25,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings import SettingsError as _EnvError
 
-from monitor.contract import KNOWN_REASONS
+from monitor.ingest.contract import KNOWN_REASONS
 
 __all__ = ["Settings", "SettingsError", "SignalRange", "load"]
 
@@ -123,7 +123,7 @@ class Settings(BaseSettings):
     batch_size: int = Field(default=4000, ge=1, le=100_000)
     batch_seconds: float = Field(default=0.5, gt=0, le=60)
     # Decisions waiting in owned partitions and no batch for this long: the worker
-    # restarts itself in place (monitor/stall.py). 0 disables the watchdog.
+    # restarts itself in place (monitor/worker/stall.py). 0 disables the watchdog.
     stall_seconds: float = Field(default=60.0, ge=0)
     # Prometheus endpoint of this worker, and the ceiling on the series it exports.
     metrics_host: str = "127.0.0.1"
@@ -132,7 +132,7 @@ class Settings(BaseSettings):
     # Drift detection: reference profiles and false-alarm budgets.
     reference_traces: int = Field(default=2_000, ge=100)
     # After the freeze a reference keeps growing from alarm-free traffic up to this many
-    # traces (monitor/growth.py); set it to reference_traces to keep references frozen.
+    # traces (monitor/detect/growth.py); set it to reference_traces to keep references frozen.
     reference_max_traces: int = Field(default=20_000, ge=0)
     min_reference_traces: int = Field(default=200, ge=10)
     false_alarm_days: float = Field(default=30.0, gt=0)

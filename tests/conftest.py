@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from monitor.pipeline import Pipeline
+from monitor.aggregate.pipeline import Pipeline
 from monitor.settings import load
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "examples"

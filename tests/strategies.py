@@ -6,7 +6,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from monitor.contract import KNOWN_REASONS
+from monitor.ingest.contract import KNOWN_REASONS
 
 ids = st.text("abcdefghijklmnopqrstuvwxyz0123456789-._:", min_size=1, max_size=24)
 unit = st.floats(0.0, 1.0, allow_nan=False)

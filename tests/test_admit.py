@@ -1,4 +1,5 @@
-"""The compiled admission (monitor/_admit.pyx) leaves a pipeline exactly as the Python one.
+"""The compiled admission (monitor/aggregate/_admission.pyx) leaves a pipeline exactly as
+the Python one.
 
 Both pipelines read the same messages: realistic traces and every kind of trouble the
 compiled loop hands back to Python (rejections, content fields, escapes, duplicates,
@@ -18,8 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import traces
 
-from monitor import admit, fold
-from monitor.pipeline import Pipeline
+from monitor.aggregate import admission
+from monitor.aggregate import compiled as choice
+from monitor.aggregate.pipeline import Pipeline
 from monitor.settings import load
 from monitor.simulate import Simulator
 
@@ -30,16 +32,20 @@ SETTINGS = load(slice_values_max=3, releases_max=2, allowed_lateness_seconds=60,
                 trace_retention_max=1_000)
 
 
-@pytest.mark.parametrize("module", [admit, fold])
-def test_a_compiled_module_is_the_one_in_use_where_it_was_built(module):
-    """A build that does not import (its checks refuse it, or a name moved) would
-    otherwise fall back to Python silently, and the compiled tests would be skipped."""
-    name = module.__name__.rpartition(".")[2]
-    built = list(Path(module.__file__).parent.glob(f"_{name}.*.so"))
-    assert bool(built) == module.COMPILED, f"monitor/_{name}.pyx is built but does not import"
+@pytest.mark.parametrize("name", ["_fold", "_admission"])
+def test_a_compiled_module_is_the_one_in_use_where_it_was_built(name):
+    """Not skipped when the build is missing, which is when it matters: a build that does
+    not import (its checks refuse it, or a name moved) would otherwise fall back to Python
+    silently and the comparisons below would be skipped. Where a build is required
+    (RAGMON_REQUIRE_COMPILED, as in CI) the compiled module must be in use."""
+    built = list(Path(choice.__file__).parent.glob(f"{name}.*.so"))
+    module = {"_fold": choice.FOLD, "_admission": choice.ADMISSION}[name]
+    assert bool(built) == (module is not None), f"{name}.pyx is built but does not import"
+    assert module is not None or not choice.REQUIRED, f"{name} is required but not built"
 
 
-pytestmark = pytest.mark.skipif(not admit.COMPILED, reason="monitor._admit not built")
+needs_build = pytest.mark.skipif(not choice.COMPILED,
+                                 reason="monitor.aggregate._admission not built")
 
 
 def _troubled(seed: int) -> tuple[list[bytes], list[bytes]]:
@@ -129,11 +135,13 @@ def _same_state(a: Pipeline, b: Pipeline) -> None:
     assert ta.extras == tb.extras
 
 
+@needs_build
 @pytest.mark.parametrize("seed", [1, 2])
 def test_both_admissions_leave_the_same_state(seed):
     messages, labels = _troubled(seed)
     compiled, python = Pipeline(SETTINGS), Pipeline(SETTINGS, compiled=False)
-    assert compiled._admit is admit.admit and python._admit is admit.admit_python
+    assert compiled._admit is choice.ADMISSION.admit
+    assert python._admit is admission.admit_python
     dead_c = _run(compiled, messages, labels, 700)
     dead_p = _run(python, messages, labels, 700)
     assert dead_c == dead_p
@@ -148,6 +156,7 @@ def test_both_admissions_leave_the_same_state(seed):
     _same_state(compiled, python)
 
 
+@needs_build
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(traces(), min_size=1, max_size=40), st.randoms(use_true_random=False))
 def test_generated_traces_and_their_mutations(events, rng):

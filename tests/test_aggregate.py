@@ -9,13 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import traces
 
-from monitor.aggregate import TOTAL, Table
-from monitor.derive import summarize
-from monitor.encode import encode
-from monitor.ingest import Accepted, parse
-from monitor.layout import from_settings
+from monitor.aggregate.derive import summarize
+from monitor.aggregate.encode import encode
+from monitor.aggregate.layout import from_settings
+from monitor.aggregate.table import TOTAL, Table
+from monitor.ingest.parse import Accepted, parse
+from monitor.ingest.slices import Cap, Slicer
 from monitor.settings import load
-from monitor.slices import Cap, Slicer
 
 LAYOUT = from_settings(load())
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import load_script
 
-from monitor.export import METRICS
+from monitor.export.collector import METRICS
 
 ALERTS = Path(__file__).resolve().parents[1] / "alerts"
 generate = load_script(ALERTS / "generate.py", "alerts_generate")  # the rules' single source
@@ -58,7 +58,7 @@ def test_rules_use_only_exported_metrics():
     exprs = [expr for _, expr in generate.RECORDING] + [a["expr"] for a in generate.ALERTS]
     for expr in exprs:
         for name in re.findall(r"\bragmon_[a-z_]+", expr):
-            assert name in exported, f"{name} is not exported by monitor.export"
+            assert name in exported, f"{name} is not exported by monitor.export.collector"
         for name in re.findall(r"\b[a-z_]+:[a-z_]+:[a-z0-9_]+", expr):
             assert name in recorded, f"{name} is not a recording rule"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import lz4.frame
 from conftest import assert_same, lines
 
-from monitor.checkpoint import dump, load
-from monitor.pipeline import Pipeline
+from monitor.aggregate.checkpoint import dump, load
+from monitor.aggregate.pipeline import Pipeline
+from monitor.offline.replay import build
 from monitor.settings import load as load_settings
 from monitor.simulate import Simulator
-from monitor.summary import build
 
 
 def test_round_trip_keeps_every_count(examples):
@@ -49,7 +49,7 @@ def test_no_checkpoint_gives_a_fresh_pipeline():
 def test_pipelines_of_one_worker_share_their_caps():
     import json
 
-    from monitor.slices import Cap, Slicer
+    from monitor.ingest.slices import Cap, Slicer
 
     settings = load_settings(slice_values_max=2)
     slicer = Slicer(settings.slice_dimensions, 2, 20)
@@ -116,7 +116,7 @@ def test_checkpoints_with_zlib_tables_and_inline_segments_still_load():
 
     import msgspec
 
-    from monitor.checkpoint import dump_seen, restore_seen
+    from monitor.aggregate.checkpoint import dump_seen, restore_seen
 
     settings = load_settings()
     messages = list(Simulator(seed=5).traces(600))
@@ -146,7 +146,7 @@ def test_checkpoints_with_zlib_tables_and_inline_segments_still_load():
 
 
 def test_the_de_duplication_horizon_survives_a_restore_but_not_an_unacknowledged_batch():
-    from monitor.checkpoint import dump_seen, restore_seen
+    from monitor.aggregate.checkpoint import dump_seen, restore_seen
 
     settings = load_settings()
     messages = list(Simulator(seed=4).traces(900))
@@ -168,7 +168,7 @@ def test_the_de_duplication_horizon_survives_a_restore_but_not_an_unacknowledged
 
 
 def test_segments_expire_by_event_time_and_by_count():
-    from monitor.checkpoint import Segment, expired
+    from monitor.aggregate.checkpoint import Segment, expired
 
     segments = [Segment(10, 100.0, 5), Segment(20, 200.0, 5), Segment(30, 300.0, 5)]
     keep, gone = expired(segments, watermark=350.0, horizon_seconds=200.0, max_entries=100)

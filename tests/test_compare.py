@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from monitor.compare import compare, projection
-from monitor.frame import load
+from monitor.offline.compare import compare, projection
+from monitor.offline.frame import load
 
 
 def trace(i, release, decision, *, reason=None, cluster=None, language="en", latency=None,

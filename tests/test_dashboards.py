@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 from conftest import load_script
 
-from monitor.export import METRICS
+from monitor.export.collector import METRICS
 
 DASHBOARDS = Path(__file__).resolve().parents[1] / "dashboards"
 generate = load_script(DASHBOARDS / "generate.py", "dashboards_generate")

@@ -7,16 +7,16 @@ import json
 import numpy as np
 import pytest
 
-from monitor import detectors as det
-from monitor.backtest import Backtest
+from monitor.aggregate.layout import from_settings
 from monitor.cli import main
-from monitor.drift import Drift, DriftConfig
-from monitor.layout import from_settings
-from monitor.reference import Accumulator, from_bytes
+from monitor.detect import detectors as det
+from monitor.detect.drift import Drift, DriftConfig
+from monitor.detect.reference import Accumulator, from_bytes
+from monitor.detect.streams import stream_specs
+from monitor.detect.thresholds import arl0_windows, calibration_key, run_lengths, threshold
+from monitor.offline.backtest import Backtest
 from monitor.settings import load
 from monitor.simulate import Simulator
-from monitor.streams import stream_specs
-from monitor.thresholds import arl0_windows, calibration_key, run_lengths, threshold
 
 # (family, window n, null statistic per window, a strong change in the family's direction)
 FAMILIES = {

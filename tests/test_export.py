@@ -12,13 +12,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
-from monitor.backtest import Backtest
-from monitor.drift import Drift, DriftConfig
-from monitor.export import METRICS, Collector, snapshot_of
-from monitor.pipeline import Pipeline
+from monitor.aggregate.pipeline import Pipeline
+from monitor.detect.drift import Drift, DriftConfig
+from monitor.export.collector import METRICS, Collector, snapshot_of
+from monitor.offline.backtest import Backtest
+from monitor.offline.replay import build as summary_of
 from monitor.settings import load
 from monitor.simulate import Simulator
-from monitor.summary import build as summary_of
 
 
 def scrape(pipeline, budget=20_000, drift=None):

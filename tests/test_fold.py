@@ -1,4 +1,4 @@
-"""The compiled fold (monitor/_fold.pyx) gives exactly the pure-Python fold's table."""
+"""The compiled fold (monitor/aggregate/_fold.pyx) gives exactly the pure-Python fold's table."""
 
 from __future__ import annotations
 
@@ -10,16 +10,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import traces
 
-from monitor.aggregate import Table
-from monitor.fold import COMPILED, Folder
-from monitor.ingest import Accepted, parse
-from monitor.layout import from_settings
-from monitor.pipeline import Pipeline
+from monitor.aggregate.compiled import FOLD
+from monitor.aggregate.fold import Folder
+from monitor.aggregate.layout import from_settings
+from monitor.aggregate.pipeline import Pipeline
+from monitor.aggregate.table import Table
+from monitor.ingest.parse import Accepted, parse
+from monitor.ingest.slices import Cap, Slicer
 from monitor.settings import load
 from monitor.simulate import SCENARIOS, Simulator
-from monitor.slices import Cap, Slicer
 
-pytestmark = pytest.mark.skipif(not COMPILED, reason="monitor._fold not built (no C compiler)")
+pytestmark = pytest.mark.skipif(FOLD is None,
+                                reason="monitor.aggregate._fold not built (no C compiler)")
 
 SETTINGS = load()
 LAYOUT = from_settings(SETTINGS)

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import traces
 
-from monitor.contract import CONTENT_FIELDS, to_json
-from monitor.ingest import REASONS, Accepted, Rejection, parse
-from monitor.pipeline import Pipeline
+from monitor.aggregate.pipeline import Pipeline
+from monitor.ingest.contract import CONTENT_FIELDS, to_json
+from monitor.ingest.parse import REASONS, Accepted, Rejection, parse
 from monitor.settings import load
 
 SECRET = "SECRET-CONTENT-4711"

@@ -7,8 +7,18 @@ import json
 import numpy as np
 import pytest
 
-from monitor.frame import load
-from monitor.gate import ABSTAIN, ANSWER, PARTIAL, Costs, Rules, evaluate, recommend, replay, split
+from monitor.offline.frame import load
+from monitor.offline.gate import (
+    ABSTAIN,
+    ANSWER,
+    PARTIAL,
+    Costs,
+    Rules,
+    evaluate,
+    recommend,
+    replay,
+    split,
+)
 
 RULES = Rules(min_top_score=0.4, min_query_coverage=0.5, min_critical_claim_support=0.6,
               min_supported_claim_ratio=1.0)

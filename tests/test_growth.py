@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from monitor.backtest import Backtest
-from monitor.drift import DriftConfig
-from monitor.growth import Growth
-from monitor.layout import from_settings
-from monitor.reference import from_bytes
+from monitor.aggregate.layout import from_settings
+from monitor.detect.drift import DriftConfig
+from monitor.detect.growth import Growth
+from monitor.detect.reference import from_bytes
+from monitor.offline.backtest import Backtest
 from monitor.settings import load
 from monitor.simulate import Simulator
 

@@ -10,9 +10,9 @@ from conftest import lines
 from hypothesis import given, settings
 from strategies import traces
 
-from monitor.contract import Feedback, Label, Trace, to_json
-from monitor.ingest import REASONS, Accepted, Rejection, parse
-from monitor.slices import Cap, Slicer, query_length
+from monitor.ingest.contract import Feedback, Label, Trace, to_json
+from monitor.ingest.parse import REASONS, Accepted, Rejection, parse
+from monitor.ingest.slices import Cap, Slicer, query_length
 
 BAD_REASONS = [
     "not_json", "missing_field", "invalid_value", "non_finite", "reason_required",

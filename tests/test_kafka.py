@@ -22,7 +22,7 @@ from brokers import PASSWORD, ApacheKafka, kafka_available
 from test_worker import outcome, release_traces, scrape, start_worker, stop, wait_for
 
 from monitor.client import DecisionEmitter, produce
-from monitor.ingest import Rejection, parse
+from monitor.ingest.parse import Rejection, parse
 from monitor.settings import load
 from monitor.simulate import Simulator
 
@@ -263,7 +263,7 @@ def test_topics_that_break_guarantees_are_repaired_or_refused(tmp_path):
     from kafka import KafkaAdminClient
     from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
-    from monitor.connection import kafka_python_options
+    from monitor.worker.connection import kafka_python_options
 
     with ApacheKafka(tmp_path) as kafka:
         settings = kafka.settings()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from monitor.aggregate import TOTAL
-from monitor.derive import summarize
-from monitor.pipeline import Pipeline
+from monitor.aggregate.derive import summarize
+from monitor.aggregate.pipeline import Pipeline
+from monitor.aggregate.table import TOTAL
 from monitor.settings import load
 
 

@@ -1,74 +1,153 @@
-"""The shape of the package: data flows one way, every module declares its surface."""
+"""The shape of the package: stages in the order data flows, imports only backwards,
+no cycles, one home per third-party library, every module declares its surface."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import re
+from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "monitor"
-# Left to right: a module may import only modules to its left. cli wires; nothing imports it.
-ORDER = [
-    "memory", "contract", "parts", "settings", "connection", "ingest", "slices", "layout",
-    "encode", "aggregate", "fold",
-    "windows", "dedupe", "labels", "admit",
-    "derive", "detectors", "thresholds", "growth", "reference",
-    "streams", "drift", "pipeline", "watch", "backtest", "frame", "compare", "gate", "summary",
-    "checkpoint", "merge", "snapshot", "states", "status", "export", "simulate",
-    "render", "files", "plots", "documents",
-    "broker", "provision", "rewind", "client", "references", "telemetry", "topics", "refsync",
-    "stall", "batches", "partitions",
-    "app", "demo",
-    "analyze",
-    "cli",
-]
-THIRD_PARTY_HOMES = {
-    "faust": {"app"}, "prometheus_client": {"export", "status"},
-    "kafka": {"client", "provision", "rewind"},
-    "scipy": {"detectors"}, "pydantic": {"settings"}, "pydantic_settings": {"settings"},
-    "rich": {"render"}, "matplotlib": {"plots"}, "yaml": {"analyze"},
+# A unit may import only units of a lower rank, and modules of its own stage package.
+RANKS = {
+    "memory": 0,  # gc tuning, used by every process
+    "ingest": 1,  # bytes -> events or rejections; the contract
+    "settings": 2,  # names the contract's dimensions
+    "aggregate": 3,  # events -> bounded tables
+    "detect": 4,  # tables -> drift alarms
+    "export": 5,  # snapshot -> Prometheus metrics
+    "worker": 6,  # the streaming job on Kafka
+    "client": 7,  # the SDK for producers (uses the worker's connection and topic layout)
+    "offline": 8,  # files: replay, backtest, compare, gate, analyze
+    "broker": 9, "simulate": 9,  # the embedded broker and the traffic simulator
+    "demo": 10,
+    "cli": 11,  # wires everything; nothing imports it
 }
+STAGE_ORDER = ["ingest", "aggregate", "detect", "export", "worker", "cli"]
+THIRD_PARTY_HOMES = {
+    "faust": {"worker.app", "worker.process"},
+    "prometheus_client": {"export.collector", "export.health"},
+    "kafka": {"client", "worker.provision", "worker.rewind"},
+    "aiokafka": {"worker.topics", "worker.reference_sync"},
+    "scipy": {"detect.detectors"}, "pydantic": {"settings"}, "pydantic_settings": {"settings"},
+    "rich": {"offline.terminal"}, "matplotlib": {"offline.plots"}, "yaml": {"offline.analyze"},
+}
+MAX_LINES = 400
 
 
-def _imports(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-        elif isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-    return names
+def _name(path: Path) -> str:
+    """monitor/worker/app.py -> 'worker.app'; monitor/cli.py -> 'cli'."""
+    return ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
 
 
 def _modules() -> list[Path]:
     return sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py")
 
 
-def test_every_module_is_placed_in_the_order():
-    assert {p.stem for p in _modules()} <= set(ORDER)
+def _sources() -> list[Path]:
+    return sorted([*_modules(), *PACKAGE.rglob("*.pyx")])
+
+
+def _exists(name: str) -> bool:
+    base = PACKAGE.joinpath(*name.split("."))
+    return base.with_suffix(".py").exists() or base.with_suffix(".pyx").exists()
+
+
+def _tree(path: Path) -> ast.Module:
+    if path.suffix == ".py":
+        return ast.parse(path.read_text())
+    # Cython: only its Python-level import lines (cimport, cdef are not Python)
+    lines = [line for line in path.read_text().splitlines()
+             if re.match(r"(from \S+ )?import ", line)]
+    return ast.parse("\n".join(lines))
+
+
+def _runtime(tree: ast.Module) -> ast.Module:
+    """Without `if TYPE_CHECKING:` blocks: a type named for mypy is no import at run time
+    (aggregate/compiled.py names the Pipeline its functions take)."""
+    tree.body = [node for node in tree.body if not (
+        isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+        and node.test.id == "TYPE_CHECKING")]
+    return tree
+
+
+def _imports(path: Path) -> set[str]:
+    """Imported names, with monitor's own resolved to modules ('worker.stall')."""
+    names: set[str] = set()
+    for node in ast.walk(_runtime(_tree(path))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "monitor" or node.module.startswith("monitor."):
+                base = node.module.removeprefix("monitor").lstrip(".")
+                for alias in node.names:
+                    full = f"{base}.{alias.name}".lstrip(".")
+                    names.add("monitor:" + (full if _exists(full) else base))
+            else:
+                names.add(node.module)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("monitor."):
+                    names.add("monitor:" + alias.name.removeprefix("monitor."))
+                else:
+                    names.add(alias.name)
+    return names
+
+
+def _own(path: Path) -> set[str]:
+    return {n.removeprefix("monitor:") for n in _imports(path) if n.startswith("monitor:")}
+
+
+def _unit(name: str) -> str:
+    return name.split(".")[0]
+
+
+def test_the_tree_shows_the_stages():
+    packages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
+    assert set(packages) == {"ingest", "aggregate", "detect", "export", "worker", "offline"}
+    for stage in packages:  # each says its stage in one line
+        doc = ast.get_docstring(ast.parse((PACKAGE / stage / "__init__.py").read_text()))
+        assert doc and doc.startswith("Stage "), stage
+    assert [RANKS[s] for s in STAGE_ORDER] == sorted(RANKS[s] for s in STAGE_ORDER)
+    assert RANKS["worker"] < RANKS["cli"] and RANKS["offline"] < RANKS["cli"]
+
+
+def test_every_module_is_placed():
+    assert {_unit(_name(p)) for p in _sources()} <= set(RANKS)
 
 
 def test_data_flows_one_way():
-    for path in _modules():
-        position = ORDER.index(path.stem)
-        for name in _imports(path):
-            if name.startswith("monitor."):
-                target = name.split(".")[1]
-                if target == f"_{path.stem}":
-                    continue  # its compiled twin (admit -> _admit.pyx), built from this one
-                assert ORDER.index(target) < position, f"{path.stem} imports {target}"
+    for path in _sources():
+        here = _name(path)
+        for target in _own(path):
+            if _unit(target) == _unit(here) and "." in here:
+                continue  # within a stage: checked for cycles below
+            assert RANKS[_unit(target)] < RANKS[_unit(here)], f"{here} imports {target}"
+
+
+def test_no_import_cycles():
+    graph = {_name(p): {t for t in _own(p) if t != _name(p)} for p in _sources()}
+    try:
+        tuple(TopologicalSorter(graph).static_order())
+    except CycleError as exc:
+        raise AssertionError(f"import cycle: {exc.args[1]}") from None
 
 
 def test_third_party_libraries_live_in_one_home():
-    for path in _modules():
+    for path in _sources():
         for name in _imports(path):
             homes = THIRD_PARTY_HOMES.get(name.split(".")[0])
-            assert homes is None or path.stem in homes, f"{name} imported in {path.stem}"
+            assert homes is None or _name(path) in homes, f"{name} imported in {_name(path)}"
+
+
+def test_no_module_is_over_the_limit():
+    for path in _sources():
+        assert len(path.read_text().splitlines()) <= MAX_LINES, _name(path)
 
 
 def test_every_module_declares_all():
     for path in _modules():
-        module = importlib.import_module(f"monitor.{path.stem}")
-        assert hasattr(module, "__all__"), path.stem
+        module = importlib.import_module(f"monitor.{_name(path)}")
+        assert hasattr(module, "__all__"), _name(path)
         for name in module.__all__:
-            assert hasattr(module, name), f"{path.stem}.{name}"
+            assert hasattr(module, name), f"{_name(path)}.{name}"

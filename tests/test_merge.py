@@ -7,14 +7,14 @@ import zlib
 
 import numpy as np
 
-from monitor import checkpoint
-from monitor.backtest import Backtest, to_record
-from monitor.drift import Drift, DriftConfig
-from monitor.merge import Merger, owner
-from monitor.pipeline import RECENT_CLOSED, Pipeline
+from monitor.aggregate import checkpoint
+from monitor.aggregate.pipeline import RECENT_CLOSED, Pipeline
+from monitor.detect.drift import Drift, DriftConfig
+from monitor.detect.watch import Watch
+from monitor.offline.backtest import Backtest, to_record
 from monitor.settings import load
 from monitor.simulate import Simulator
-from monitor.watch import Watch
+from monitor.worker.merge import Merger, owner
 
 SETTINGS = load(slice_dimensions="language,risk", window_seconds=60,
                 allowed_lateness_seconds=30)

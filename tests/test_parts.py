@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from strategies import traces
 
-from monitor import ingest, parts
-from monitor.contract import Trace
+from monitor.ingest import parse as ingest
+from monitor.ingest import parts
+from monitor.ingest.contract import Trace
 
 STRICT = msgspec.json.Decoder(Trace)
 HEAD = b'{"schema":"rag-decision/1","trace_id":"t1","ts":"2026-11-29T10:00:00Z",'

@@ -8,11 +8,11 @@ import socket
 
 from conftest import assert_same
 
-from monitor.pipeline import Pipeline
+from monitor.aggregate.pipeline import Pipeline
+from monitor.offline.replay import build
 from monitor.settings import load as load_settings
 from monitor.simulate import Simulator
-from monitor.states import Group, States, frame, read_frame, serve
-from monitor.summary import build
+from monitor.worker.child import Group, States, frame, read_frame, serve
 
 TOPIC = "rag.decisions"
 

@@ -11,11 +11,11 @@ import pytest
 from opentelemetry import trace
 from test_worker import start_worker, stop, wait_for
 
-from monitor import telemetry
 from monitor.broker import free_port
 from monitor.client import produce
 from monitor.settings import load
 from monitor.simulate import Simulator
+from monitor.worker import telemetry
 
 
 def test_tracing_is_off_by_default():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from monitor.pipeline import Pipeline
+from monitor.aggregate.pipeline import Pipeline
 from monitor.settings import load
 
 

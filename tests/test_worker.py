@@ -29,9 +29,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.broker import free_port
 from monitor.client import ensure_topics, produce
-from monitor.connection import kafka_python_options
-from monitor.ingest import Accepted, Rejection, parse
+from monitor.ingest.parse import Accepted, Rejection, parse
 from monitor.simulate import Simulator
+from monitor.worker.connection import kafka_python_options
 
 pytestmark = pytest.mark.integration
 
@@ -220,7 +220,7 @@ def test_two_workers_one_killed_the_other_takes_over_exactly(broker, tmp_path):
     settings = broker.settings()
     messages = list(Simulator(seed=7, scenario="bad_input", change_at=0).traces(6000))
     valid = sum(not isinstance(parse(m), Rejection) for m in messages)
-    # A survivor whose agent stalls after the takeover restarts itself (monitor/stall.py).
+    # A survivor whose agent stalls after the takeover restarts itself (monitor/worker/stall.py).
     env = {"RAGMON_STALL_SECONDS": "15"}
     first, port_a = start_worker(broker, tmp_path, "a", env=env)
     second, port_b = start_worker(broker, tmp_path, "b", env=env)

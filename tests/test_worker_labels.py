@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from test_worker import scrape, start_worker, stop, wait_for
 
-from monitor import checkpoint
-from monitor.aggregate import TOTAL
+from monitor.aggregate import checkpoint
+from monitor.aggregate.pipeline import Pipeline
+from monitor.aggregate.table import TOTAL
 from monitor.client import produce, read_latest
-from monitor.export import Collector, snapshot_of
-from monitor.pipeline import Pipeline
+from monitor.export.collector import Collector, snapshot_of
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,263 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The compiled admission: `monitor/aggregate/admission.py`'s loop with its common case in C.
+
+A clean decision (no backslash, starts with its schema, decodes strictly, no content
+key in its maps, well-formed identifiers, a zone on `ts`, a well-formed reason) is
+decoded here as `parts.decode_trace` does, with the parts' cache lookups in C; any other
+message goes to `ingest.parse`, which decides its fate exactly as in the reference. A
+slicing not yet in the slicer's cache is computed by `Slicer.keys`, label joins by
+`Joiner.on_trace`. `fold_chunk` is `admit.fold_chunk_python` in C. tests/test_admit.py
+checks a compiled and a pure-Python pipeline end in the same state.
+"""
+
+from cpython.dict cimport PyDict_GetItem
+from cpython.ref cimport PyObject, Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from libc.string cimport memchr
+
+import msgspec
+
+from monitor.aggregate.admission import CHUNK_TRACES, COMPONENTS_MAX
+from monitor.ingest.contract import CONTENT_FIELDS, KNOWN_REASONS, Trace, to_json
+from monitor.ingest.parse import REASON_CODE, TRACE_PREFIX, Rejection, parse
+from monitor.aggregate.joins import TraceRef
+from monitor.ingest.parts import CHECKS, REQUIREMENTS, SLICE, SYSTEM, WIRE, Unusual
+from monitor.ingest.slices import query_length
+
+cdef object _WIRE = WIRE
+cdef tuple _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError,
+                             Unusual)
+cdef frozenset _CONTENT = CONTENT_FIELDS
+cdef frozenset _KNOWN = frozenset(KNOWN_REASONS)
+cdef object _CODE = REASON_CODE.fullmatch
+cdef bytes _PREFIX = TRACE_PREFIX
+cdef tuple _LENGTHS = tuple(query_length(tokens) for tokens in range(64))
+cdef object _ASTUPLE = msgspec.structs.astuple
+_AT = {f.name: i for i, f in enumerate(msgspec.structs.fields(Trace))}  # field positions
+cdef Py_ssize_t _TRACE_ID = _AT["trace_id"], _TS = _AT["ts"], _SYSTEM = _AT["system"]
+cdef Py_ssize_t _DECISION = _AT["decision"], _REASON = _AT["reason"], _OTEL = _AT["otel"]
+cdef Py_ssize_t _SLICE = _AT["slice"], _QUERY_TOKENS = _AT["query_tokens"]
+cdef Py_ssize_t _SIGNALS = _AT["signals"], _REQUIREMENTS = _AT["requirements"]
+cdef Py_ssize_t _CHECKS = _AT["checks"], _EVALS = _AT["evals"]
+
+
+cdef inline object _part(part, raw):
+    """A repeating part of a decision by its exact bytes: cached, else decoded by `part`."""
+    cdef PyObject* found = PyDict_GetItem(part.cache, bytes(raw))
+    return part(raw) if found == NULL else <object>found
+
+
+cdef tuple _clean(bytes raw, Py_ssize_t max_bytes):
+    """The fields of a message `ingest.parse` would accept as is, in `Trace`'s order (a
+    tuple: reading a Struct's attributes one by one cost ~8% of the replay), else None."""
+    cdef Py_ssize_t n = len(raw)
+    cdef list fields
+    if n > max_bytes or memchr(<const char*>raw, 92, n) != NULL or not raw.startswith(_PREFIX):
+        return None
+    try:
+        # parts.decode_trace, with the parts' cache lookups in C.
+        fields = list(_ASTUPLE(_WIRE.decode(raw)))
+        fields[_SYSTEM] = _part(SYSTEM, fields[_SYSTEM])
+        fields[_SLICE] = _part(SLICE, fields[_SLICE])
+        fields[_REQUIREMENTS] = _part(REQUIREMENTS, fields[_REQUIREMENTS])
+        fields[_CHECKS] = _part(CHECKS, fields[_CHECKS])
+    except _DECODE_ERRORS:
+        return None
+    maps = fields[_SIGNALS]  # (a slice with a content key never leaves `_part`)
+    if maps and not _CONTENT.isdisjoint(maps):
+        return None
+    maps = fields[_EVALS]
+    if maps and not _CONTENT.isdisjoint(maps):
+        return None
+    if not _is_trace_id(fields[_TRACE_ID]):
+        return None
+    otel = fields[_OTEL]
+    if otel is not None and not (_is_hex(otel.trace_id, 32) and _is_hex(otel.span_id, 16)):
+        return None
+    if fields[_TS].tzinfo is None:
+        return None
+    reason = fields[_REASON]
+    if reason is None:
+        if fields[_DECISION] == "abstain":
+            return None
+    elif reason not in _KNOWN and _CODE(reason) is None:
+        return None
+    return tuple(fields)
+
+
+cdef bint _is_trace_id(str value):
+    """contract.TRACE_ID_FORMAT (the model bounds the length): letters, digits, ._:-"""
+    cdef Py_UCS4 c
+    for c in value:
+        if not ("a" <= c <= "z" or "A" <= c <= "Z" or "0" <= c <= "9"
+                or c == "." or c == "_" or c == ":" or c == "-"):
+            return False
+    return True
+
+
+cdef bint _is_hex(value, Py_ssize_t length):
+    """None, or contract.OTEL_*_ID_FORMAT: `length` lowercase hex digits."""
+    cdef Py_UCS4 c
+    if value is None:
+        return True
+    if len(<str>value) != length:
+        return False
+    for c in <str>value:
+        if not ("0" <= c <= "9" or "a" <= c <= "f"):
+            return False
+    return True
+
+
+cdef object _raw_key(tuple fields, tuple dimensions):
+    """The slicer's cache key of a trace (`Slicer.keys`): release, query length, values."""
+    cdef Py_ssize_t i, n = len(dimensions)
+    cdef tuple key = PyTuple_New(n + 2)
+    cdef PyObject* found
+    release = fields[_SYSTEM].release
+    Py_INCREF(release)
+    PyTuple_SET_ITEM(key, 0, release)
+    tokens = fields[_QUERY_TOKENS]
+    if tokens is None:
+        length = None
+    elif tokens < 64:
+        length = _LENGTHS[tokens]
+    else:
+        length = query_length(tokens)
+    Py_INCREF(length)
+    PyTuple_SET_ITEM(key, 1, length)
+    values = fields[_SLICE]
+    for i in range(n):
+        found = PyDict_GetItem(values, dimensions[i])
+        value = None if found == NULL else <object>found
+        Py_INCREF(value)
+        PyTuple_SET_ITEM(key, i + 2, value)
+    return key
+
+
+def admit(pipe, list raws, list dead, list deltas):
+    """`monitor.aggregate.admission.admit_python`, compiled: same arguments, same effects."""
+    windows, seen, count, joiner = pipe.windows, pipe.seen, pipe.input, pipe.joiner
+    slicer = pipe.slicer
+    cdef dict refs = seen.refs
+    cdef dict cache = slicer.cache
+    cdef tuple dimensions = slicer.dimensions
+    cdef Py_ssize_t max_bytes = pipe.settings.max_message_bytes
+    cdef Py_ssize_t index, n = len(raws), base = count["read"], dropped = 0
+    cdef Py_ssize_t duplicates = 0, late = 0
+    cdef double ts, watermark = windows.watermark
+    cdef PyObject* found
+    size, lateness = windows.window_seconds, windows.lateness_seconds
+    keys, order_append, fold_chunk = slicer.keys, seen.order.append, pipe.fold_chunk
+    cdef Py_ssize_t retained_max = seen.max_entries
+    journal = pipe.journal
+    rejected_by_reason = pipe.rejected_by_reason
+    cdef list chunk = []
+    cdef tuple fields
+    for index in range(n):
+        raw = raws[index]
+        fields = _clean(raw, max_bytes)
+        if fields is None:
+            result = parse(raw, max_bytes, Trace)
+            dropped += result.content_fields_dropped
+            if isinstance(result, Rejection):
+                rejected_by_reason[result.reason] += 1
+                dead.append((index, result))
+                continue
+            trace = result.event
+            fields = _ASTUPLE(trace)
+        else:
+            trace = Trace(*fields)
+        trace_id = fields[_TRACE_ID]
+        if trace_id in refs:
+            duplicates += 1
+            continue
+        ts = fields[_TS].timestamp()
+        start = int(ts // size) * size
+        if start + size <= watermark - lateness:
+            late += 1
+            detail = f"window closed at watermark {watermark:.0f}"
+            dead.append((index, Rejection("late", detail, to_json(trace), 0)))
+            continue
+        if ts > watermark:
+            watermark = ts
+            windows.watermark = ts
+        found = PyDict_GetItem(cache, _raw_key(fields, dimensions))
+        slicing = keys(trace) if found == NULL else <object>found
+        ref = TraceRef(start, slicing, fields[_DECISION])
+        # Seen.first, inline (the trace_id is not in `refs`: checked above).
+        refs[trace_id] = ref
+        order_append((ts, trace_id))
+        if len(refs) > retained_max:
+            seen.evict_oldest()
+        if journal is not None:
+            journal.append((trace_id, ts, ref))
+        chunk.append((start, trace, slicing, (base + index, trace_id, ts)))
+        if len(chunk) == CHUNK_TRACES:
+            fold_chunk(chunk)
+            chunk = []
+        if joiner.pending:
+            deltas.extend(joiner.on_trace(trace_id, ref))
+    fold_chunk(chunk)
+    count["duplicates"] += duplicates
+    count["late"] += late
+    return n, dropped
+
+
+def fold_chunk(pipe, list chunk):
+    """`monitor.aggregate.admission.fold_chunk_python`, compiled: same arguments, same effects."""
+    cdef Py_ssize_t i, j, n = len(chunk)
+    cdef dict by_window
+    cdef list items, traces, slicings, exemplars
+    if n == 0:
+        return
+    start = chunk[0][0]
+    for i in range(1, n):
+        if chunk[i][0] != start:
+            break
+    else:
+        _fold_window(pipe, start, chunk)  # nearly always: a chunk within one window
+        return
+    by_window = {}
+    for item in chunk:
+        by_window.setdefault(item[0], []).append(item)
+    for start, items in by_window.items():
+        _fold_window(pipe, start, items)
+
+
+cdef void _fold_window(pipe, start, list items) except *:
+    cdef Py_ssize_t j, m = len(items)
+    cdef list traces = [None] * m, slicings = [None] * m, exemplars = [None] * m
+    cdef dict latest = {}, newest = {}
+    cdef dict in_window
+    cdef PyObject* found
+    for j in range(m):
+        item = <tuple>items[j]
+        traces[j] = item[1]
+        slicings[j] = item[2]
+        exemplars[j] = item[3]
+    pipe.folder.fold(pipe.windows.table(start), traces, slicings, exemplars,
+                     pipe.last_traces.setdefault(start, []))
+    pipe.input["folded"] += m
+    in_window = pipe.components.setdefault(start, {})
+    for j in range(m):
+        release, system = (<tuple>slicings[j])[0], traces[j].system
+        found = PyDict_GetItem(latest, release)
+        if found != NULL and <object>found == system:
+            continue
+        latest[release] = system
+        seen_components = in_window.setdefault(release, set())
+        if len(seen_components) < COMPONENTS_MAX:
+            seen_components.add(system.components())
+    for j in range(m):
+        otel = traces[j].otel
+        if otel is not None and otel.trace_id:
+            newest[(slicings[j], traces[j].decision)] = j
+    if not newest:
+        return
+    cells_of, cells = pipe.cells_of, pipe.exemplars
+    for j in sorted(newest.values()):
+        trace = traces[j]
+        decision = trace.decision
+        exemplar = (trace.otel.trace_id, exemplars[j][2], trace.signals.get("top_score"))
+        for key in cells_of(slicings[j]):
+            cells[(key, decision)] = exemplar

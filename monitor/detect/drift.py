@@ -1,0 +1,367 @@
+"""Drift detection on closed windows: streams per (release, slice, signal, direction).
+
+For every release, `Drift.observe` takes each closed window's merged table and:
+
+1. without a reference: folds the window into an accumulator and freezes the reference
+   after `reference_traces` traces (the release is "recalibration required" meanwhile);
+2. with a reference that has not seen the version components now in traffic: marks
+   the release "recalibration required" and keeps its detectors silent (drift against
+   a stale reference is not news, the stale reference is);
+3. otherwise updates one GLR detector (`detectors`) per stream of every cell the
+   reference holds enough traffic for, with a threshold from the family's false-alarm
+   budget (`thresholds`), and returns the alarms; then offers the window to the
+   reference's growth (`growth`: alarm-free traffic joins it a block later, up to
+   `reference_max_traces`), which sharpens the null estimates the detectors use.
+
+Streams of a cell (signal, direction): each continuous signal's location (up, down)
+and spread (`<signal>_spread` up, down); `critical_claim_unsupported_rate` up;
+`answer_coverage` down and up; `reason_mix` change; `self_check_reject_rate` and
+`verbatim_failure_rate` up; `gate_leak`, where any occurrence alarms. After an alarm
+the detector restarts; the stream stays in alarm (`alarm_active`) until it has gone
+`alarm_hold_windows` windows without alarming again, so a change that persists is one
+alarm, not one per window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from monitor.aggregate.layout import Layout
+from monitor.aggregate.table import TOTAL, Cell, CellKey, Table
+from monitor.detect import detectors as det
+from monitor.detect.growth import Growth
+from monitor.detect.reference import Accumulator, Components, Reference
+from monitor.detect.streams import EXCLUDED_SIGNALS, distances, stream_specs
+from monitor.detect.thresholds import arl0_windows, threshold
+from monitor.settings import Settings
+
+__all__ = ["Alarm", "Drift", "DriftConfig", "DriftView", "StreamKey", "Verdict"]
+
+
+class StreamKey(NamedTuple):
+    release: str
+    dimension: str  # "" for the release total
+    value: str
+    signal: str
+    direction: str  # up, down, change
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The latest state of one stream, as exported."""
+
+    statistic: float
+    threshold: float
+    alarm_active: bool
+    status: str  # ok, alarm, insufficient_data, recalibration_required
+    window_start: int
+    since_windows: int = 0
+
+
+@dataclass(frozen=True)
+class Alarm:
+    """A stream crossed its threshold in the window starting at `window_start`."""
+
+    key: StreamKey
+    window_start: int
+    statistic: float
+    threshold: float
+    since_windows: int  # the estimated change lies this many windows back
+    reference_value: float | None
+    current_value: float | None
+
+    @property
+    def group(self) -> str:
+        """Alarms of one change: a slice and its release total share the group."""
+        return f"{self.key.release}/{self.key.signal}/{self.key.direction}"
+
+
+class DriftView(NamedTuple):
+    """An immutable copy of what the exporter shows (built after each detection round)."""
+
+    verdicts: dict[StreamKey, Verdict]
+    alarm_counts: dict[StreamKey, int]
+    exemplars: dict[StreamKey, str]
+    references: dict[str, dict[str, Any]]       # release -> Reference.describe()
+    reference_totals: dict[str, Cell]           # release -> its reference's total cell
+    recalibration: dict[str, list[str]]         # release -> why ([] = no reference yet)
+    distances: dict[tuple[str, str, str, str], dict[str, float]]  # cell + signal -> measure
+
+
+@dataclass(frozen=True)
+class DriftConfig:
+    window_seconds: float = 60.0
+    reference_traces: int = 2_000
+    reference_max_traces: int = 20_000  # growth after the freeze stops here (detect/growth.py)
+    min_reference_traces: int = 200   # per stream denominator, else insufficient data
+    false_alarm_days: float = 30.0
+    false_alarm_days_by_family: dict[str, float] = field(default_factory=dict)
+    arl0_traces: float | None = None  # per-stream budget in traces (backtests, benchmarks)
+    alarm_hold_windows: int = 30
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: Any) -> DriftConfig:
+        values: dict[str, Any] = {
+            "window_seconds": float(settings.window_seconds),
+            "reference_traces": settings.reference_traces,
+            "reference_max_traces": settings.reference_max_traces,
+            "min_reference_traces": settings.min_reference_traces,
+            "false_alarm_days": settings.false_alarm_days,
+            "false_alarm_days_by_family": dict(settings.false_alarm_days_by_family),
+            "alarm_hold_windows": settings.alarm_hold_windows,
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+class Drift:
+    """References, detectors and verdicts of every release; fed closed windows."""
+
+    def __init__(self, layout: Layout, config: DriftConfig, calibrate_inline: bool = True) -> None:
+        self.layout = layout
+        self.config = config
+        self.calibrate_inline = calibrate_inline
+        self.calibrated = True
+        self.specs = stream_specs(layout)
+        self.spec_of = {(spec.signal, spec.direction): spec for spec in self.specs}
+        self.references: dict[str, Reference] = {}
+        self.pending: dict[str, Accumulator] = {}
+        self.detectors: dict[StreamKey, det.Detector] = {}
+        self.window_n: dict[StreamKey, float] = {}
+        self.verdicts: dict[StreamKey, Verdict] = {}
+        self.last_alarm: dict[StreamKey, int] = {}
+        self.stale: dict[str, list[str]] = {}   # release -> component changes
+        self.distances: dict[tuple[str, str, str, str], dict[str, float]] = {}
+        self.alarm_counts: dict[StreamKey, int] = {}
+        self.exemplars: dict[StreamKey, str] = {}  # trace_id of the latest alarm's window
+        self.windows_seen: dict[str, int] = {}
+        self.growth: dict[str, Growth[Accumulator]] = {}
+
+    # --- references ------------------------------------------------------------------
+
+    def recalibration_required(self, release: str) -> bool:
+        return release not in self.references or bool(self.stale.get(release))
+
+    def install(self, reference: Reference) -> None:
+        """Use `reference` for its release (frozen here, by a command, or from a file)."""
+        release = reference.release
+        self.references[release] = reference
+        self.pending.pop(release, None)
+        self._drop_streams(release)
+        self._build_streams(reference)
+        self.growth[release] = Growth(reference.traces, self.config.reference_traces,
+                                      self.config.reference_max_traces,
+                                      partial(Accumulator, release, self.layout))
+        self.calibrated = False
+        if self.calibrate_inline:
+            self.calibrate()
+
+    def _build_streams(self, reference: Reference) -> None:
+        """A detector per stream the reference holds enough traffic for. Streams that
+        exist (a grown reference) keep their history, and their threshold until
+        `calibrate` sets the one for the new reference size."""
+        cells = {(k[1], k[2]) for k in reference.table.keys}
+        for spec in self.specs:
+            for dimension, value in cells:
+                cell = reference.cell(dimension, value)
+                built = None if cell is None else spec.build(cell)
+                if built is None or built[1] < self.config.min_reference_traces:
+                    continue
+                family, n_ref = built
+                key = StreamKey(reference.release, dimension, value, spec.signal,
+                                spec.direction)
+                detector = self.detectors.get(key)
+                if detector is not None and detector.family.width == family.width:
+                    detector.family = family
+                else:
+                    self.detectors[key] = det.Detector(family, np.inf)
+                self.window_n[key] = n_ref / reference.windows
+
+    def refreeze(self, release: str) -> None:
+        """Drop the release's reference; the next `reference_traces` traces freeze a new one
+        (`ragmon reference freeze --release R` without a traces file)."""
+        self.references.pop(release, None)
+        self.pending[release] = Accumulator(release, self.layout)
+        self._drop_streams(release)
+
+    def _drop_streams(self, release: str) -> None:
+        self.stale.pop(release, None)
+        self.growth.pop(release, None)
+        for key in [k for k in self.detectors if k.release == release]:
+            del self.detectors[key]
+            self.verdicts.pop(key, None)
+            self.last_alarm.pop(key, None)
+
+    def calibrate(self) -> None:
+        """Set every detector's threshold from its family's budget. Simulation takes
+        seconds for a new kind of stream: the worker runs this in a thread while the
+        fold goes on (detectors wait with an infinite threshold: insufficient data)."""
+        # Release totals first: a release's own alarms are armed within seconds, its
+        # slices' (many more streams, often sharing the totals' simulations) follow.
+        # A copy: the fold may add streams meanwhile.
+        detectors = sorted(self.detectors.items(), key=lambda item: item[0].dimension != "")
+        families = [d.family for _, d in detectors]  # ... and grow references
+        per_family: dict[str, int] = {}
+        for key, _ in detectors:
+            fam = self.spec_of[(key.signal, key.direction)].family
+            per_family[fam] = per_family.get(fam, 0) + 1
+        for (key, detector), family in zip(detectors, families, strict=True):
+            n = max(self.window_n[key], 1e-9)
+            if self.config.arl0_traces is not None:
+                budget = self.config.arl0_traces / n
+            else:
+                fam = self.spec_of[(key.signal, key.direction)].family
+                days = self.config.false_alarm_days_by_family.get(
+                    fam, self.config.false_alarm_days)
+                budget = arl0_windows(days, per_family[fam], self.config.window_seconds)
+            detector.threshold = threshold(family, n, max(budget, 2.0))
+        self.calibrated = len(detectors) == len(self.detectors) and all(
+            d.family is f for (_, d), f in zip(detectors, families, strict=True))
+
+    # --- the fold --------------------------------------------------------------------
+
+    def observe(self, window_start: int, table: Table,
+                components: dict[str, set[Components]], now: float) -> list[Alarm]:
+        """Fold one closed window (all partitions merged); return the alarms it raised."""
+        alarms: list[Alarm] = []
+        cells = table.cells()
+        releases = sorted({k[0] for k in cells})
+        for release in releases:
+            self.windows_seen[release] = self.windows_seen.get(release, 0) + 1
+            seen = components.get(release, set())
+            reference = self.references.get(release)
+            if reference is None:
+                self._accumulate(release, window_start, table, seen, now)
+                continue
+            changes = reference.changed_components(seen)
+            if changes:
+                self.stale[release] = changes
+                self.growth.pop(release, None)  # a stale reference does not grow
+                self._mark(release, window_start, "recalibration_required")
+                continue
+            alarms.extend(self._detect(release, window_start, cells, reference))
+            self._grow(release, window_start, table, seen)
+        return alarms
+
+    def _grow(self, release: str, window_start: int, table: Table,
+              seen: set[Components]) -> None:
+        """Offer the window to the release's reference growth; fold in a block that may.
+        A drift alarm of this window or one still held (`last_alarm`, which every alarm
+        sets) makes the window alarmed; gate leaks are incidents, not drift."""
+        growth = self.growth.get(release)
+        if growth is None or growth.is_done:
+            return
+        before = growth.block.traces
+        growth.block.add(window_start, table, seen)
+        alarmed = any(k.release == release and k.signal != "gate_leak"
+                      and self._is_latched(k, window_start) for k in self.last_alarm)
+        block = growth.observe(growth.block.traces - before, alarmed)
+        if block is not None:
+            grown = self.references[release] = self.references[release].grow(block)
+            self._build_streams(grown)
+            self.calibrated = False
+            if self.calibrate_inline:
+                self.calibrate()
+
+    def _accumulate(self, release: str, window_start: int, table: Table,
+                    seen: set[Components], now: float) -> None:
+        acc = self.pending.get(release)
+        if acc is None:
+            acc = self.pending[release] = Accumulator(release, self.layout)
+        acc.add(window_start, table, seen)
+        if acc.traces >= self.config.reference_traces:
+            self.install(acc.freeze(now))
+
+    def _mark(self, release: str, window_start: int, status: str) -> None:
+        for key, verdict in list(self.verdicts.items()):
+            if key.release == release:
+                self.verdicts[key] = Verdict(verdict.statistic, verdict.threshold, False,
+                                             status, window_start)
+
+    def _detect(self, release: str, window_start: int, cells: dict[CellKey, Cell],
+                reference: Reference) -> list[Alarm]:
+        alarms: list[Alarm] = []
+        gate = self.layout.counts["gate_leaks"]
+        for (rel, dimension, value), cell in cells.items():
+            if rel != release:
+                continue
+            leaks = int(cell.counts[gate])
+            leak_key = StreamKey(release, dimension, value, "gate_leak", "up")
+            if leaks:  # an incident, not a statistic: no reference, no budget
+                if not self._is_latched(leak_key, window_start):
+                    alarms.append(Alarm(leak_key, window_start, float(leaks), 0.0, 1, 0.0,
+                                        float(leaks)))
+                self.last_alarm[leak_key] = window_start
+            self.verdicts[leak_key] = self._verdict(leak_key, float(leaks), 0.0, window_start,
+                                                    "alarm" if leaks else "ok", 1)
+            ref_cell = reference.cell(dimension, value)
+            if ref_cell is not None:
+                for name, hist in self.layout.histograms.items():
+                    if name not in EXCLUDED_SIGNALS:
+                        found = distances(hist, ref_cell, cell)
+                        if found:
+                            self.distances[(release, dimension, value, name)] = found
+            for spec in self.specs:
+                key = StreamKey(release, dimension, value, spec.signal, spec.direction)
+                detector = self.detectors.get(key)
+                if detector is None:
+                    continue
+                n, t = spec.window(cell, detector.family)
+                if n <= 0:
+                    continue
+                update = detector.update(n, t)
+                if not np.isfinite(update.threshold):
+                    update = replace(update, status="insufficient_data")
+                latched = self._is_latched(key, window_start)
+                if update.alarm:
+                    self.last_alarm[key] = window_start
+                self.verdicts[key] = self._verdict(key, update.statistic, update.threshold,
+                                                   window_start, update.status, update.since)
+                if update.alarm and not latched:  # a persisting change stays one alarm
+                    alarms.append(Alarm(
+                        key, window_start, update.statistic, update.threshold, update.since,
+                        None if ref_cell is None else spec.value(ref_cell),
+                        spec.value(cell)))
+        for alarm in alarms:
+            self.alarm_counts[alarm.key] = self.alarm_counts.get(alarm.key, 0) + 1
+        return alarms
+
+    def _is_latched(self, key: StreamKey, window_start: int) -> bool:
+        last = self.last_alarm.get(key)
+        hold = self.config.alarm_hold_windows * self.config.window_seconds
+        return last is not None and window_start - last < hold
+
+    def _verdict(self, key: StreamKey, statistic: float, limit: float, window_start: int,
+                 status: str, since: int) -> Verdict:
+        return Verdict(statistic, limit, self._is_latched(key, window_start), status,
+                       window_start, since)
+
+    def view(self, owns: Callable[[str], bool] | None = None) -> DriftView:
+        """What to export; only of the releases `owns` accepts, if given (stage two: a
+        release's owner exports its drift state, monitor/worker/merge.py)."""
+        keep = owns or (lambda _: True)
+        releases = {r for r in (set(self.windows_seen) | set(self.references)
+                                | set(self.pending)) if keep(r)}
+        verdicts = {}
+        for key, verdict in list(self.verdicts.items()):
+            if not keep(key.release):
+                continue
+            detector = self.detectors.get(key)
+            if detector is not None and detector.threshold != verdict.threshold:
+                verdict = replace(verdict, threshold=detector.threshold)  # calibrated since
+            verdicts[key] = verdict
+        references = {r: ref for r, ref in self.references.items() if keep(r)}
+        return DriftView(
+            verdicts, {k: n for k, n in self.alarm_counts.items() if keep(k.release)},
+            {k: e for k, e in self.exemplars.items() if keep(k.release)},
+            {r: ref.describe() for r, ref in references.items()},
+            {r: cell for r, ref in references.items()
+             if (cell := ref.cell(TOTAL, TOTAL)) is not None},
+            {r: list(self.stale.get(r, [])) for r in releases if self.recalibration_required(r)},
+            {k: dict(v) for k, v in self.distances.items() if keep(k[0])},
+        )

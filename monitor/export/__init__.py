@@ -1,0 +1,1 @@
+"""Stage 4, export: a snapshot of tables and detectors becomes Prometheus metrics."""

@@ -1,0 +1,331 @@
+"""Prometheus exposition: a custom collector rendering the latest immutable snapshot.
+
+Nothing is counted per event through prometheus_client (`.labels().inc()` per event
+alone capped throughput at ~6k traces/s here). The worker swaps in a new `Snapshot`
+after folding; at scrape time `Collector.collect()` turns it into metric families.
+
+Series are a budget: the monitor's own health and every release total are always
+exported; slice cells follow, in a stable order, until `series_budget` is reached; what
+did not fit is counted in `ragmon_series_dropped`. Label values come from capped sets
+(releases, slice values, reasons, missing ids), so the budget is rarely the limit.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector as _Collector
+from prometheus_client.samples import Exemplar
+
+from monitor.aggregate.derive import LABEL_RATES, ratio
+from monitor.aggregate.layout import CLAIM_KINDS, LABEL_COUNTS, Layout
+from monitor.aggregate.table import TOTAL, Cell, CellKey
+from monitor.export import health as status
+from monitor.export.snapshot import ALL, Snapshot, snapshot_of
+from monitor.ingest.contract import DECISIONS
+
+__all__ = [
+    "ALL",
+    "METRICS",
+    "Collector",
+    "PortInUse",
+    "Snapshot",
+    "check_port",
+    "families",
+    "parse_exposition",
+    "serve",
+    "snapshot_of",
+]
+
+CELL_LABELS: Final = ("release", "dimension", "value")
+# Every metric family name ragmon exports (dashboards and alert rules use only these).
+METRICS: Final = (
+    "ragmon_traces_total", "ragmon_reasons_total", "ragmon_claims_total",
+    "ragmon_gate_leaks_total", "ragmon_requirements_total", "ragmon_requirement_coverage_total",
+    "ragmon_missing_requirements_total", "ragmon_checks_total", "ragmon_feedback_total",
+    "ragmon_label_outcomes_total", "ragmon_signal", "ragmon_latency_seconds",
+    "ragmon_request_cost", "ragmon_answer_coverage_ratio", "ragmon_abstention_ratio",
+    "ragmon_critical_claim_unsupported_ratio", "ragmon_requirement_coverage_ratio",
+    "ragmon_all_required_ratio", "ragmon_input_messages_total", "ragmon_rejected_total",
+    "ragmon_content_fields_dropped_total", "ragmon_label_events_total",
+    "ragmon_dlq_produced_total", "ragmon_last_event_timestamp_seconds",
+    "ragmon_watermark_lag_seconds", "ragmon_partitions_owned", "ragmon_batch_seconds_total",
+    "ragmon_batches_total", "ragmon_redelivered_skipped_total", "ragmon_checkpoints_total",
+    "ragmon_worker_errors_total", "ragmon_series", "ragmon_series_budget", "ragmon_series_dropped",
+    "ragmon_slice_values_overflowed_total",
+    "ragmon_drift_statistic", "ragmon_drift_threshold", "ragmon_drift_alarm",
+    "ragmon_drift_alarms_total", "ragmon_drift_distance", "ragmon_drift_insufficient_data",
+    "ragmon_reference_info", "ragmon_reference_traces", "ragmon_recalibration_required",
+    "ragmon_reference_signal_bucket_ratio", "ragmon_label_rate", "ragmon_label_rate_traces",
+    "ragmon_label_events_waiting", "ragmon_state_lost_total",
+    "ragmon_detection_windows_skipped_total", "ragmon_releases_owned",
+    "ragmon_state_record_bytes", "ragmon_state_max_bytes",
+)
+
+
+class Collector(_Collector):
+    """Renders whatever snapshot `current` holds at scrape time.
+
+    A snapshot's families are built once (~0.1 s of CPU for 6k series) and reused by
+    every scrape until the next snapshot: HA Prometheus pairs and `?name[]=` scrapes of
+    one family do not rebuild them."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.current: Snapshot | None = None
+        self._rendered: tuple[Snapshot, list[Metric]] | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        snap, rendered = self.current, self._rendered
+        if snap is None:
+            return
+        if rendered is None or rendered[0] is not snap:
+            rendered = self._rendered = (snap, families(snap, self.budget))
+        yield from rendered[1]
+
+
+def families(snap: Snapshot, budget: int) -> list[Metric]:
+    """Metric families of a snapshot, slice cells only as far as the series budget allows."""
+    fams = _Families(snap.layout, snap.exemplars)
+    totals = [k for k in sorted(snap.cells) if k[1] == TOTAL]
+    slices = [k for k in sorted(snap.cells) if k[1] != TOTAL]
+    for key in totals:
+        fams.add_cell(key, snap.cells[key])
+    dropped = 0
+    for key in slices:
+        if fams.series + fams.cell_series(snap.cells[key]) > budget - 64:  # 64: health
+            dropped += 1
+            continue
+        fams.add_cell(key, snap.cells[key])
+    health = status.health(snap, budget)
+    drift: list[Metric] = []
+    if snap.drift is not None:
+        room = budget - fams.series - sum(len(m.samples) for m in health) - 2
+        drift, left_out = status.drift(snap.drift, room, snap.layout)
+        dropped += left_out
+        health.extend(drift)
+    series = fams.series + sum(len(m.samples) for m in health) + 2
+    health.append(status.gauge("ragmon_series", "Series in this scrape.", [], [((), series)]))
+    health.append(status.gauge("ragmon_series_dropped",
+                               "Slice cells left out by the series budget.", [], [((), dropped)]))
+    return fams.metrics() + health
+
+
+class _Families:
+    """Accumulates the per-cell families while counting their series."""
+
+    def __init__(self, layout: Layout,
+                 exemplars: Mapping[tuple[CellKey, str], tuple[str, float, float | None]]
+                 ) -> None:
+        self.layout = layout
+        self.exemplars = exemplars
+        self.series = 0
+        c = CELL_LABELS
+        self.traces = CounterMetricFamily(
+            "ragmon_traces", "Decision traces folded, by decision.", labels=[*c, "decision"])
+        self.reasons = CounterMetricFamily(
+            "ragmon_reasons", "Traces by reason code (configured codes, else other).",
+            labels=[*c, "reason"])
+        self.claims = CounterMetricFamily(
+            "ragmon_claims", "Atomic claims by importance and verdict.",
+            labels=[*c, "importance", "verdict"])
+        self.leaks = CounterMetricFamily(
+            "ragmon_gate_leaks", "Answers holding a rendered critical claim that is not "
+            "supported (the gate promises zero).", labels=list(c))
+        self.requirements = CounterMetricFamily(
+            "ragmon_requirements", "Traces with requirements: all, complete (all covered), "
+            "critical_missed.", labels=[*c, "outcome"])
+        self.coverage_sum = CounterMetricFamily(
+            "ragmon_requirement_coverage", "Sum of per-trace requirement coverage; divided "
+            "by ragmon_requirements_total{outcome=\"all\"} it is the mean.", labels=list(c))
+        self.missing = CounterMetricFamily(
+            "ragmon_missing_requirements", "Required parts missing from answers, by id.",
+            labels=[*c, "requirement"])
+        self.checks = CounterMetricFamily(
+            "ragmon_checks", "Check outcomes: citation, verbatim_failure, self_check_<v>.",
+            labels=[*c, "check"])
+        self.feedback = CounterMetricFamily(
+            "ragmon_feedback", "User feedback joined to traces.", labels=[*c, "score"])
+        self.label_outcomes = CounterMetricFamily(
+            "ragmon_label_outcomes", "Label outcomes joined to traces (see README).",
+            labels=[*c, "outcome"])
+        self.signal = HistogramMetricFamily(
+            "ragmon_signal", "Distribution of gate signals.", labels=[*c, "signal"])
+        self.latency = HistogramMetricFamily(
+            "ragmon_latency_seconds", "Request latency reported in traces.", labels=list(c))
+        self.cost = HistogramMetricFamily(
+            "ragmon_request_cost", "Request cost reported in traces.", labels=list(c))
+        self.gauges = {
+            name: GaugeMetricFamily(f"ragmon_{name}_ratio", help_text, labels=list(c))
+            for name, help_text in (
+                ("answer_coverage", "(answer + partial) / traces, since start."),
+                ("abstention", "abstain / traces, since start."),
+                ("critical_claim_unsupported", "Traces with reason critical_claim_unsupported "
+                 "/ traces, since start."),
+                ("requirement_coverage", "Mean requirement coverage, since start."),
+                ("all_required", "Share of traces covering every requirement, since start."),
+            )
+        }
+        self.label_rate = GaugeMetricFamily(
+            "ragmon_label_rate", "Label-based rates of CONTRACT.md over labelled traces, since "
+            "start (rate: unsupported_answer_rate, false_abstention_rate, selective_accuracy, "
+            "unsupported_answering_on_unanswerable, correct_on_answerable).",
+            labels=[*c, "rate"])
+        self.label_rate_traces = GaugeMetricFamily(
+            "ragmon_label_rate_traces", "Labelled traces in the denominator of each "
+            "ragmon_label_rate.", labels=[*c, "rate"])
+
+    def cell_series(self, cell: Cell) -> int:
+        """An upper bound of the series one cell adds (for the budget check)."""
+        layout = self.layout
+        hist = sum(status.SIGNAL_BUCKETS + 3 for _ in layout.histograms)
+        missing = sum(1 for kind, _ in cell.extras if kind == "missing")
+        return (len(DECISIONS) + len(layout.reasons) + len(CLAIM_KINDS) + 1 + 4 + missing
+                + 5 + 2 + len(LABEL_COUNTS) + hist + len(self.gauges)
+                + 2 * len(LABEL_RATES))
+
+    def add_cell(self, key: CellKey, cell: Cell) -> None:
+        release, dim, value = key
+        labels = [release, dim or ALL, value or ALL]
+        col = self.layout.counts
+        n = cell.counts
+        before = self._count()
+        for d in DECISIONS:
+            found = self.exemplars.get((key, d))
+            self.traces.add_metric([*labels, d], int(n[col[f"decision_{d}"]]),
+                                   exemplar=None if found is None else
+                                   Exemplar({"trace_id": found[0]}, 1.0, found[1]))
+        for code in self.layout.reasons:
+            self.reasons.add_metric([*labels, code], int(n[col[f"reason_{code}"]]))
+        for kind in CLAIM_KINDS:
+            importance, verdict = kind.split("_", 1)
+            self.claims.add_metric([*labels, importance, verdict], int(n[col[f"claims_{kind}"]]))
+        self.leaks.add_metric(labels, int(n[col["gate_leaks"]]))
+        for outcome, name in (("all", "requirements_traces"), ("complete", "requirements_all"),
+                              ("critical_missed", "requirements_critical_missed")):
+            self.requirements.add_metric([*labels, outcome], int(n[col[name]]))
+        coverage = float(cell.sums[self.layout.sums["coverage_sum"]])
+        self.coverage_sum.add_metric(labels, coverage)
+        for (kind, name), count in sorted(cell.extras.items()):
+            if kind == "missing":
+                self.missing.add_metric([*labels, name], count)
+        for check, name in (("citation", "citation_true"),
+                            ("verbatim_failure", "citation_verbatim_false"),
+                            ("self_check_pass", "self_check_pass"),
+                            ("self_check_reject", "self_check_reject"),
+                            ("self_check_skipped", "self_check_skipped")):
+            self.checks.add_metric([*labels, check], int(n[col[name]]))
+        self.feedback.add_metric([*labels, "up"], int(n[col["feedback_up"]]))
+        self.feedback.add_metric([*labels, "down"], int(n[col["feedback_down"]]))
+        for outcome in LABEL_COUNTS:
+            self.label_outcomes.add_metric([*labels, outcome], int(n[col[f"label_{outcome}"]]))
+        for name, hist in self.layout.histograms.items():
+            buckets, total = status.buckets(hist, cell, scale=1e-3 if name == "latency_ms" else 1.0)
+            if name == "latency_ms":
+                self.latency.add_metric(labels, buckets, total / 1e3)
+            elif name == "cost":
+                self.cost.add_metric(labels, buckets, total)
+            else:
+                if name == "top_score":
+                    buckets = self._with_exemplar(key, buckets)
+                self.signal.add_metric([*labels, name], buckets, total)
+        self._ratios(labels, cell)
+        self.series += self._count() - before
+
+    def _with_exemplar(self, key: CellKey, buckets: list[Any]) -> list[Any]:
+        """top_score buckets with the newest traced request's id on the bucket it fell in."""
+        found = [e for d in DECISIONS if (e := self.exemplars.get((key, d))) and e[2] is not None]
+        if not found:
+            return buckets
+        trace_id, ts, top = max(found, key=lambda e: e[1])
+        value = float(top if top is not None else 0.0)
+        out: list[Any] = []
+        placed = False
+        for le, count in buckets:
+            if not placed and count > 0 and (le == "+Inf" or value <= float(le)):
+                out.append((le, count, Exemplar({"trace_id": trace_id}, value, ts)))
+                placed = True
+            else:
+                out.append((le, count))
+        return out
+
+    def _ratios(self, labels: list[str], cell: Cell) -> None:
+        col, n = self.layout.counts, cell.counts
+        traces = int(n[col["traces"]])
+        answered = int(n[col["decision_answer"]] + n[col["decision_partial"]])
+        req = int(n[col["requirements_traces"]])
+        values = {
+            "answer_coverage": ratio(answered, traces),
+            "abstention": ratio(int(n[col["decision_abstain"]]), traces),
+            "critical_claim_unsupported": ratio(
+                int(n[col["reason_critical_claim_unsupported"]])
+                if "reason_critical_claim_unsupported" in col else 0, traces),
+            "requirement_coverage": ratio(
+                float(cell.sums[self.layout.sums["coverage_sum"]]), req),
+            "all_required": ratio(int(n[col["requirements_all"]]), req),
+        }
+        for name, value in values.items():
+            if value is not None:  # no data is no sample, not a zero
+                self.gauges[name].add_metric(labels, value)
+        for name, (num, den) in LABEL_RATES.items():
+            denominator = int(n[col[f"label_{den}"]])
+            if denominator:
+                self.label_rate.add_metric(
+                    [*labels, name], int(n[col[f"label_{num}"]]) / denominator)
+                self.label_rate_traces.add_metric([*labels, name], denominator)
+
+    def _count(self) -> int:
+        return sum(len(m.samples) for m in self.metrics())
+
+    def metrics(self) -> list[Metric]:
+        return [self.traces, self.reasons, self.claims, self.leaks, self.requirements,
+                self.coverage_sum, self.missing, self.checks, self.feedback,
+                self.label_outcomes, self.signal, self.latency, self.cost,
+                *self.gauges.values(), self.label_rate, self.label_rate_traces]
+
+
+class PortInUse(Exception):
+    """The metrics endpoint cannot listen; the message names the address."""
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise PortInUse if the metrics endpoint cannot listen at host:port."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise _port_in_use(host, port, exc) from None
+
+
+def _port_in_use(host: str, port: int, exc: OSError) -> PortInUse:
+    return PortInUse(f"cannot serve metrics on {host}:{port} (metrics_port): {exc.strerror}")
+
+
+def serve(collector: Collector, host: str, port: int) -> CollectorRegistry:
+    """Serve `collector` (alone: no process metrics) with prometheus_client's own HTTP
+    server, which negotiates OpenMetrics (exemplars) as well as the text format."""
+    registry = CollectorRegistry()
+    registry.register(collector)
+    try:
+        start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:  # taken since check_port
+        raise _port_in_use(host, port, exc) from None
+    return registry
+
+
+def parse_exposition(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Samples of a scraped /metrics page by (name, sorted labels): for the demo's view."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}

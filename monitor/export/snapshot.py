@@ -1,0 +1,92 @@
+"""What one scrape renders: everything the pipelines folded, as one immutable value.
+
+The worker builds a `Snapshot` between batches and swaps it into the collector; a scrape
+only reads it (`export.families`), so scrapes never race the fold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Final, NamedTuple
+
+from monitor.aggregate.layout import Layout
+from monitor.aggregate.pipeline import Counters, Pipeline
+from monitor.aggregate.table import Cell, CellKey, Table
+from monitor.detect.drift import DriftView
+
+__all__ = ["ALL", "Local", "Snapshot", "local_of", "snapshot_from", "snapshot_of"]
+
+ALL: Final = "all"  # dimension and value labels of a release's total
+
+
+class Snapshot(NamedTuple):
+    """What one scrape renders; built by the worker between batches, never mutated."""
+
+    layout: Layout
+    cells: dict[CellKey, Cell]
+    input: dict[str, int]
+    rejected: dict[str, int]
+    events: dict[str, dict[str, int]]
+    health: dict[str, float]
+    drift: DriftView | None = None
+    # (cell, decision) -> (otel trace id, event time, top_score) of a recent trace
+    exemplars: Mapping[tuple[CellKey, str], tuple[str, float, float | None]] = \
+        MappingProxyType({})
+
+
+class Local(NamedTuple):
+    """What a snapshot takes of the pipelines themselves once cells and counters come
+    from stage two's merge (the worker's pipelines live in another process)."""
+
+    watermark: float
+    overflowed: int
+    # (cell, decision) -> (otel trace id, event time, top_score) of a recent trace
+    exemplars: Mapping[tuple[CellKey, str], tuple[str, float, float | None]]
+
+
+def local_of(pipelines: Sequence[Pipeline]) -> Local:
+    """The newest event time, values beyond caps and exemplars of `pipelines`."""
+    watermark = max(0.0, *(p.windows.watermark for p in pipelines))
+    # Caps may be shared by the pipelines (one per partition): count each cap once.
+    slicers = {id(p.slicer): p.slicer for p in pipelines}.values()
+    caps = {id(p.admit_missing): p.admit_missing for p in pipelines}.values()
+    overflowed = sum(s.overflowed for s in slicers) + sum(c.overflowed for c in caps)
+    return Local(watermark, overflowed, _cell_exemplars(pipelines))
+
+
+def snapshot_of(pipelines: Sequence[Pipeline], health: dict[str, float],
+                drift: DriftView | None = None, cells: Table | None = None,
+                counters: Counters | None = None) -> Snapshot:
+    """Everything the pipelines folded (closed and open windows), as one immutable value;
+    `cells` and `counters`, if given, instead of the pipelines' (stage two's merge)."""
+    if not pipelines:
+        raise ValueError("a snapshot needs at least one pipeline")
+    if cells is None:
+        cells = Table.empty(pipelines[0].layout)
+        for pipeline in pipelines:
+            cells = cells.merge(pipeline.merged())
+    if counters is None:
+        counters = Counters.total(p.counters() for p in pipelines)
+    return snapshot_from(pipelines[0].layout, local_of(pipelines), health, drift, cells,
+                         counters)
+
+
+def snapshot_from(layout: Layout, local: Local, health: dict[str, float],
+                  drift: DriftView | None, cells: Table, counters: Counters) -> Snapshot:
+    """A snapshot of merged `cells` and `counters` and of what `local` took."""
+    health = {**health, "watermark": local.watermark, "overflowed": local.overflowed}
+    return Snapshot(layout, cells.cells(), counters.input, counters.rejected, counters.events,
+                    health, drift, local.exemplars)
+
+
+def _cell_exemplars(pipelines: Sequence[Pipeline],
+                    ) -> dict[tuple[CellKey, str], tuple[str, float, float | None]]:
+    """The newest exemplar of every (cell, decision) over the pipelines."""
+    found: dict[tuple[CellKey, str], tuple[str, float, float | None]] = {}
+    for pipeline in pipelines:
+        for key, exemplar in list(pipeline.exemplars.items()):
+            old = found.get(key)
+            if old is None or old[1] < exemplar[1]:
+                found[key] = exemplar
+    return found

@@ -1,0 +1,1 @@
+"""Stage 1, ingest: bytes become decision events or rejections with a reason (the contract)."""

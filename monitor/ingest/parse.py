@@ -1,0 +1,298 @@
+"""Bytes in, a valid event or a rejection with a stable reason out; content fields dropped.
+
+`parse` never raises on bad data. The fast path is one strict msgspec decode of the raw
+bytes (the models forbid unknown fields): it holds for a message with no backslash
+escape, no field outside the contract and no content key in a free-form map, which is
+nearly every message. Anything else takes the slow path through Python's json module:
+content fields are dropped at any depth (and counted), other unknown fields ignored,
+NaN/Infinity recognised (`non_finite`, not `not_json`), control characters looked for,
+and the cleaned message decoded again. Rejections always take the slow path, so a
+dead-letter payload never carries content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from typing import Any, Final, NamedTuple
+
+import msgspec
+from msgspec import inspect as mi
+
+from monitor.ingest.contract import (
+    CONTENT_FIELDS,
+    KNOWN_REASONS,
+    OTEL_SPAN_ID_FORMAT,
+    OTEL_TRACE_ID_FORMAT,
+    TRACE_ID_FORMAT,
+    Event,
+    Feedback,
+    Label,
+    Trace,
+)
+from monitor.ingest.parts import Unusual, decode_trace
+
+__all__ = ["REASONS", "Accepted", "Rejection", "parse", "strip_content", "unparsed_payload"]
+
+REASONS: Final = (
+    "not_json",
+    "not_object",
+    "unknown_schema",
+    "unexpected_schema",
+    "missing_field",
+    "wrong_type",
+    "invalid_value",
+    "non_finite",
+    "out_of_range",
+    "reason_required",
+    "bad_trace_id",
+    "bad_timestamp",
+    "bad_slice_value",
+    "too_large",
+    "bad_unicode",
+)
+
+_CONTENT_KEY = re.compile(
+    rb'"(?:' + b"|".join(sorted(f.encode() for f in CONTENT_FIELDS)) + rb')"\s*:'
+)
+REASON_CODE: Final = re.compile(r"[a-z0-9_]{1,64}")
+_TRACE_ID: Final = re.compile(TRACE_ID_FORMAT)
+_OTEL_IDS: Final = (("trace_id", re.compile(OTEL_TRACE_ID_FORMAT)),
+                    ("span_id", re.compile(OTEL_SPAN_ID_FORMAT)))
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_KNOWN_REASONS = frozenset(KNOWN_REASONS)
+_DECODER: Final = msgspec.json.Decoder(Trace | Label | Feedback)
+# A decision that starts with its schema (as every msgspec/our SDK encoder writes it)
+# skips the tagged-union dispatch (measured ~1.5 us of a ~8 us decode here) and decodes
+# its repeating parts once (monitor/ingest/parts.py).
+TRACE_PREFIX: Final = b'{"schema":"rag-decision/1"'
+_ENCODER: Final = msgspec.json.Encoder()
+
+
+class Accepted(msgspec.Struct, frozen=True, gc=False):
+    """A valid event (a Struct: built once per message, ~4x faster than a NamedTuple)."""
+
+    event: Event
+    content_fields_dropped: int
+
+
+class Rejection(NamedTuple):
+    reason: str
+    detail: str
+    payload: bytes  # the message with content fields removed, for the dead-letter record
+    content_fields_dropped: int
+
+
+def parse(raw: bytes, max_bytes: int = 256 * 1024,
+          expect: type[Event] | None = None) -> Accepted | Rejection:
+    """Decode and validate one message. `expect` narrows it to one event type (a topic's)."""
+    if len(raw) > max_bytes:
+        return _reject_unparsed("too_large", f"{len(raw)} bytes > limit {max_bytes}", raw)
+    if b"\\" in raw:
+        return _parse_slow(raw, expect)
+    try:
+        event = decode_trace(raw) if raw.startswith(TRACE_PREFIX) else _DECODER.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, Unusual):
+        return _parse_slow(raw, expect)
+    if isinstance(event, Trace) and (
+        (event.slice and not CONTENT_FIELDS.isdisjoint(event.slice))
+        or (event.signals and not CONTENT_FIELDS.isdisjoint(event.signals))
+        or (event.evals and not CONTENT_FIELDS.isdisjoint(event.evals))
+    ):
+        return _parse_slow(raw, expect)
+    return _check(event, 0, raw, expect)
+
+
+def strip_content(obj: Any) -> tuple[Any, int]:
+    """A copy of a JSON value without content fields at any depth, and how many were dropped."""
+    dropped = 0
+    root: list[Any] = [None]
+    # Iterative walk: adversarial nesting must not exhaust the Python stack.
+    stack: list[tuple[Any, Any, Any]] = [(obj, root, 0)]
+    while stack:
+        value, parent, key = stack.pop()
+        if isinstance(value, dict):
+            # Keys are placed now, values filled as the walk reaches them: order is kept.
+            copy: dict[str, Any] = {k: None for k in value if k not in CONTENT_FIELDS}
+            dropped += len(value) - len(copy)
+            stack.extend((value[k], copy, k) for k in copy)
+            parent[key] = copy
+        elif isinstance(value, list):
+            items: list[Any] = [None] * len(value)
+            stack.extend((v, items, i) for i, v in enumerate(value))
+            parent[key] = items
+        else:
+            parent[key] = value
+    return root[0], dropped
+
+
+def _schema_tree(info: mi.Type) -> Any:
+    """Known field names per level of a model, for ignoring unknown fields in the slow path."""
+    if isinstance(info, mi.StructType):
+        tree = {f.encode_name: _schema_tree(f.type) for f in info.fields}
+        if info.tag_field:
+            tree[info.tag_field] = None
+        return tree
+    if isinstance(info, mi.ListType):
+        item = _schema_tree(info.item_type)
+        return None if item is None else [item]
+    if isinstance(info, mi.UnionType):
+        return next((t for t in map(_schema_tree, info.types) if t is not None), None)
+    return None  # scalars and free-form maps: nothing to prune
+
+
+_TREES: Final = {
+    model.__struct_config__.tag: _schema_tree(mi.type_info(model))
+    for model in (Trace, Label, Feedback)
+}
+
+
+def _prune(value: Any, tree: Any) -> Any:
+    if isinstance(tree, dict) and isinstance(value, dict):
+        return {k: _prune(v, tree[k]) for k, v in value.items() if k in tree}
+    if isinstance(tree, list) and isinstance(value, list):
+        return [_prune(v, tree[0]) for v in value]
+    return value
+
+
+def _parse_slow(raw: bytes, expect: type[Event] | None) -> Accepted | Rejection:
+    try:
+        obj = json.loads(raw)
+    except RecursionError:
+        return _reject_unparsed("not_json", "nesting too deep", raw)
+    except (ValueError, TypeError) as exc:
+        return _reject_unparsed("not_json", str(exc)[:200], raw)
+    clean, dropped = strip_content(obj)
+    payload = b""
+    try:
+        if _has_non_finite(clean):
+            payload = json.dumps(clean, allow_nan=True).encode()
+            return Rejection("non_finite", "NaN or Infinity in a number field", payload, dropped)
+        payload = _dump(clean)
+        schema = clean.get("schema") if isinstance(clean, dict) else None
+        tree = _TREES.get(schema) if isinstance(schema, str) else None
+        try:
+            known = _ENCODER.encode(clean if tree is None else _prune(clean, tree))
+        except UnicodeEncodeError:
+            # A lone surrogate escape ("\ud800") is valid JSON syntax but no Unicode text:
+            # it can be neither a label nor an id. (In an ignored field it does no harm.)
+            return Rejection("bad_unicode", "unpaired surrogate escape (\\ud800-\\udfff) "
+                             "in a string", payload, dropped)
+        event = _DECODER.decode(known)
+    except msgspec.ValidationError as exc:
+        return Rejection(_classify(str(exc)), str(exc), payload, dropped)
+    except RecursionError:
+        return Rejection("not_json", "nesting too deep", payload, dropped)
+    except msgspec.DecodeError as exc:  # pragma: no cover - re-encoded JSON is valid JSON
+        return Rejection("not_json", str(exc), payload, dropped)
+    if isinstance(event, Trace):
+        problem = _control_characters(event)
+        if problem is not None:
+            return Rejection(problem[0], problem[1], payload, dropped)
+    return _check(event, dropped, payload, expect)
+
+
+def _dump(clean: Any) -> bytes:
+    """The dead-letter payload: compact JSON, or ASCII JSON (escapes kept) where a lone
+    surrogate makes the text unencodable as UTF-8."""
+    try:
+        return _ENCODER.encode(clean)
+    except UnicodeEncodeError:
+        return json.dumps(clean, separators=(",", ":")).encode()
+
+
+def _control_characters(trace: Trace) -> tuple[str, str] | None:
+    """Control characters in values that become labels (only escaped JSON can hold them)."""
+    if _CONTROL.search(trace.system.release):
+        return "out_of_range", "control character in system.release"
+    for dim, value in trace.slice.items():
+        if _CONTROL.search(value) or _CONTROL.search(dim):
+            return "bad_slice_value", f"control character in slice.{dim!r}"
+    return None
+
+
+def _check(event: Event, dropped: int, payload: bytes,
+           expect: type[Event] | None) -> Accepted | Rejection:
+    """Rules the models do not check: identifier formats, a zone on `ts`, the reason,
+    the topic's type."""
+    if not _TRACE_ID.fullmatch(event.trace_id):
+        return Rejection("bad_trace_id", f"trace_id is not {TRACE_ID_FORMAT}", payload, dropped)
+    otel = event.otel if isinstance(event, Trace) else None
+    if otel is not None:
+        for name, form in _OTEL_IDS:
+            value = getattr(otel, name)
+            if value is not None and not form.fullmatch(value):
+                return Rejection("out_of_range", f"otel.{name} is not {form.pattern}",
+                                 payload, dropped)
+    if expect is not None and not isinstance(event, expect):
+        detail = f"expected {expect.__struct_config__.tag}, got {type(event).__struct_config__.tag}"
+        return Rejection("unexpected_schema", detail, payload, dropped)
+    if event.ts.tzinfo is None:
+        return Rejection("bad_timestamp", "ts has no time zone (RFC 3339 needs one)",
+                         payload, dropped)
+    if isinstance(event, Trace):
+        reason = event.reason
+        if reason is None:
+            if event.decision == "abstain":
+                return Rejection("reason_required", "decision abstain needs a reason",
+                                 payload, dropped)
+        elif reason not in _KNOWN_REASONS and not REASON_CODE.fullmatch(reason):
+            return Rejection("out_of_range", f"reason {reason!r} is not [a-z0-9_]{{1,64}}",
+                             payload, dropped)
+    return Accepted(event, dropped)
+
+
+def _classify(message: str) -> str:
+    """Map a msgspec validation message to a stable reason code."""
+    if message.startswith("Object missing required field"):
+        return "missing_field"
+    at = message.rpartition(" - at `")[2] if " - at `" in message else ""
+    if not at:
+        return "not_object" if message.startswith("Expected `object`") else "wrong_type"
+    if at.startswith("$.schema"):
+        return "unknown_schema"
+    if at.startswith("$.trace_id"):
+        return "bad_trace_id"
+    if at.startswith("$.ts"):
+        return "bad_timestamp"
+    if at.startswith("$.slice"):
+        return "bad_slice_value"
+    if message.startswith("Number out of range"):
+        return "non_finite"  # a float literal beyond double range would become inf
+    if message.startswith("Invalid enum value"):
+        return "invalid_value"
+    if message.startswith("Expected `") and ", got `" in message:
+        return "wrong_type"
+    return "out_of_range"
+
+
+def _has_non_finite(obj: Any) -> bool:
+    stack = [obj]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                return True
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return False
+
+
+def _reject_unparsed(reason: str, detail: str, raw: bytes) -> Rejection:
+    """A rejection for bytes we could not parse (or would not: too large). Their content
+    cannot be told from the rest (UTF-16, a key without its colon, a cut message), so the
+    dead letter holds none of them: only their length and hash (`unparsed_payload`)."""
+    dropped = len(_CONTENT_KEY.findall(raw)) if len(raw) <= 1 << 20 else 0
+    return Rejection(reason, detail, unparsed_payload(raw), dropped)
+
+
+def unparsed_payload(raw: bytes) -> bytes:
+    """The dead-letter form of a message that was not parsed: its size and SHA-256, so
+    that it can be matched with the producer's records; the message itself stays in its
+    source topic (the dead letter's `ragmon.source.*` headers point at it)."""
+    digest = hashlib.sha256(raw).hexdigest()
+    return b'{"unparsed":{"bytes":%d,"sha256":"%s"}}' % (len(raw), digest.encode())

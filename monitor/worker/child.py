@@ -1,0 +1,212 @@
+"""A worker's partition states and the fold into them, served in a process of their own.
+
+The streaming worker is bound by Faust's per-message drain, which holds the worker
+process's interpreter lock; folding and checkpointing in that process took ~50 us per
+trace from it (`benchmarks/RESULTS.md`). So the partition states live in a child process
+(`serve`), and the Faust process only hands it each batch's raw values and offsets and
+sends back what it returns: dead letters, de-duplication segments, checkpoints and
+tombstones. The child holds no broker connection: restores are read by the Faust
+process and handed in as bytes.
+
+`States` is the plain-value part (no I/O): tests and the child use the same class.
+"""
+
+from __future__ import annotations
+
+import gc
+import pickle
+import socket
+import struct
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from monitor import memory
+from monitor.aggregate import checkpoint
+from monitor.aggregate.pipeline import Pipeline
+from monitor.export.snapshot import Local, local_of
+from monitor.ingest.parse import Rejection, unparsed_payload
+from monitor.ingest.slices import Cap, Slicer
+from monitor.settings import Settings
+
+__all__ = ["FRAME_LENGTH", "Folded", "Group", "PartitionState", "States", "frame", "read_frame",
+           "serve"]
+
+FRAME_LENGTH = struct.Struct(">Q")
+
+
+class PartitionState:
+    """One partition's pipeline, the last offset it applied from each source topic, and
+    the checkpointed segments of its de-duplication horizon."""
+
+    def __init__(self, pipeline: Pipeline, offsets: dict[str, int],
+                 segments: list[checkpoint.Segment]) -> None:
+        self.pipeline = pipeline
+        self.offsets = offsets
+        self.segments = segments
+
+
+class Group(NamedTuple):
+    """One partition's part of a batch, as the Faust process hands it over."""
+
+    partition: int
+    topic: str
+    offsets: list[int]
+    raws: list[bytes]
+
+
+class Folded(NamedTuple):
+    """What folding a group left to write, in this order, before the batch is
+    acknowledged: dead letters, the segment, the checkpoint, then tombstones."""
+
+    partition: int
+    dead: list[tuple[int, Rejection]]   # index in the group, why
+    segment: bytes | None               # the batch's first sightings of trace ids
+    upto: int                           # the segment's (and checkpoint's) last offset
+    state: bytes                        # the checkpoint
+    expired: list[int]                  # `upto` of segments past the horizon
+    offsets: dict[str, int]             # applied, after this batch
+
+
+class States:
+    """The pipelines of the partitions held; restore, fold, forget."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.held: dict[int, PartitionState] = {}
+        # Shared by every partition's pipeline: one value maps to `other` everywhere.
+        self.slicer = Slicer(settings.slice_dimensions, settings.slice_values_max,
+                             settings.releases_max)
+        self.admit_missing = Cap(settings.missing_ids_max)
+
+    def restore(self, partition: int, blob: bytes | None,
+                segments: list[bytes]) -> tuple[dict[str, int], int]:
+        """Hold `partition` from its checkpoint (`None`: new) and de-duplication segments;
+        its applied offsets and the number of trace ids restored."""
+        pipeline, offsets = checkpoint.load(self.settings, blob, self.slicer, self.admit_missing)
+        pipeline.journal = []
+        kept = checkpoint.restore_seen(pipeline, segments,
+                                       offsets.get(self.settings.topic_decisions, -1))
+        self.held[partition] = PartitionState(pipeline, offsets, kept)
+        return offsets, len(pipeline.seen)
+
+    def fold(self, kind: str, groups: list[Group]) -> tuple[list[Folded], list[int], int]:
+        """Fold each group into its partition; the partitions not held (forgotten after a
+        revoke since the batch began: restore and fold again); offsets skipped as
+        already applied (redelivered)."""
+        folded, missing, skipped = [], [], 0
+        for group in groups:
+            if group.partition not in self.held:
+                missing.append(group.partition)
+                continue
+            found, applied = self._fold_group(kind, group)
+            skipped += applied
+            if found is not None:
+                folded.append(found)
+        return folded, missing, skipped
+
+    def forget(self, partitions: list[int]) -> None:
+        for partition in partitions:
+            self.held.pop(partition, None)
+
+    def local(self) -> Local:
+        """What the scrapes need of the pipelines held here (watermark, caps, exemplars)."""
+        return local_of([s.pipeline for _, s in sorted(self.held.items())]
+                        or [Pipeline(self.settings, self.slicer, self.admit_missing)])
+
+    def _fold_group(self, kind: str, group: Group) -> tuple[Folded | None, int]:
+        """What folding the group left to write (`None`: all applied), and how many of its
+        offsets were already applied."""
+        state = self.held[group.partition]
+        applied = state.offsets.get(group.topic, -1)
+        fresh = [i for i, offset in enumerate(group.offsets) if offset > applied]
+        skipped = len(group.offsets) - len(fresh)
+        if not fresh:
+            return None, skipped
+        raws = [group.raws[i] for i in fresh]
+        dead = [(fresh[i], rejection) for i, rejection in _fold(state.pipeline, raws, kind)]
+        state.offsets[group.topic] = max(group.offsets[i] for i in fresh)
+        # Take the batch's first sightings and start a fresh journal (no copy).
+        sightings = state.pipeline.journal or []
+        state.pipeline.journal = []
+        upto = state.offsets.get(self.settings.topic_decisions, -1)
+        segment = None
+        if sightings:
+            segment = checkpoint.dump_seen(sightings, upto)
+            state.segments.append(checkpoint.Segment(upto, max(ts for _, ts, _ in sightings),
+                                                     len(sightings)))
+        blob = checkpoint.dump(state.pipeline, state.offsets)
+        state.segments, gone = checkpoint.expired(
+            state.segments, state.pipeline.windows.watermark,
+            self.settings.trace_retention_seconds, self.settings.trace_retention_max)
+        return Folded(group.partition, dead, segment, upto, blob, [s.upto for s in gone],
+                      dict(state.offsets)), skipped
+
+
+def _fold(pipeline: Pipeline, raws: list[bytes], kind: str) -> list[tuple[int, Rejection]]:
+    try:
+        if kind == "decisions":
+            dead = pipeline.feed(raws)
+            pipeline.close_ready()  # into totals; stage two detects on them (merge.py)
+            return dead
+        return pipeline.feed_events(raws, kind)
+    except Exception as exc:  # the one broad except: a bad batch must not stop the stream
+        traceback.print_exc()
+        return [(i, Rejection("worker_error", repr(exc)[:200], unparsed_payload(raw), 0))
+                for i, raw in enumerate(raws)]
+
+
+def serve(sock: socket.socket, settings: Settings) -> None:
+    """The child process: answer `(verb, args)` requests on `sock` with `(True, result)`
+    or `(False, traceback)` until the Faust process goes away (end of file on `sock`: a
+    kill -9 of the worker takes its states with it, and the next owner restores).
+
+    Frames are an 8-byte big-endian length and a pickle (`frame`, `read_frame`)."""
+    # A long fold over state without reference cycles: fewer collections (as replay).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 100)
+    trimmed = time.monotonic()
+    states = States(settings)
+    verbs: dict[str, Callable[..., Any]] = {
+        "restore": states.restore, "fold": states.fold, "forget": states.forget,
+        "local": states.local}
+    with sock:
+        while (request := read_frame(sock)) is not None:
+            verb, args = pickle.loads(request)
+            try:
+                reply: tuple[bool, Any] = (True, verbs[verb](*args))
+            except Exception:
+                reply = (False, traceback.format_exc())
+            try:
+                for part in frame(reply):
+                    sock.sendall(part)
+            except OSError:
+                return
+            if time.monotonic() - trimmed >= memory.TRIM_SECONDS:  # after the reply: off its path
+                memory.trim()
+                trimmed = time.monotonic()
+
+
+def frame(value: Any) -> list[bytes]:
+    """`value` as a frame: its length, then its pickle."""
+    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    return [FRAME_LENGTH.pack(len(data)), data]
+
+
+def read_frame(sock: socket.socket) -> bytearray | None:
+    """The next frame's pickle from a blocking socket (`None` at end of file)."""
+    header = _read(sock, FRAME_LENGTH.size)
+    return None if header is None else _read(sock, FRAME_LENGTH.unpack(header)[0])
+
+
+def _read(sock: socket.socket, size: int) -> bytearray | None:
+    buffer = bytearray(size)
+    view, got = memoryview(buffer), 0
+    while got < size:
+        n = sock.recv_into(view[got:], size - got)
+        if n == 0:
+            return None
+        got += n
+    return buffer

@@ -1,0 +1,84 @@
+"""The worker's upkeep timers: the stall watchdog and the topic check.
+
+Both run beside the agents (monitor/worker/app.py schedules them) and act on the worker
+only through its partitions and its Faust consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from monitor.worker import stall, topics
+from monitor.worker.provision import ensure_topics, topic_ids
+from monitor.worker.rewind import lost_offsets, rewind
+
+if TYPE_CHECKING:
+    from monitor.worker.app import Worker
+
+__all__ = ["check_stall", "check_topics"]
+
+log = logging.getLogger("ragmon.worker")
+
+
+async def check_stall(worker: Worker) -> None:
+    """Restart in place when owned partitions hold unread decisions and no batch has
+    completed for `stall_seconds` (see monitor/worker/stall.py)."""
+    # A restore is progress too.
+    idle = time.monotonic() - max(worker.last_progress, worker.partitions.restored_at)
+    if not worker.settings.stall_seconds or idle < worker.settings.stall_seconds:
+        return
+    if worker.partitions.recovering:  # restoring a partition (a large horizon takes long)
+        return
+    topic = worker.settings.topic_decisions
+    owned = sorted(tp.partition for tp in worker.app.consumer.assignment()
+                   if tp.topic == topic)
+    if not owned:
+        return
+    ends = await topics.end_offsets(worker.settings, topic, owned)
+    applied = {}
+    for partition in owned:
+        offsets = await worker.partitions.recover(partition)
+        applied[partition] = offsets.get(topic, -1)
+    waiting = stall.lagging(ends, applied)
+    if waiting:
+        log.error("stalled: partitions %s hold unread decisions (end offsets %s, applied "
+                  "%s) and no batch for %.0f s; restarting in place", waiting, ends,
+                  applied, idle)
+        stall.restart_in_place()
+    worker.last_progress = time.monotonic()  # caught up: look again after another period
+
+async def check_topics(worker: Worker) -> None:
+    """Put ragmon's topics back in shape (monitor/worker/provision.py), and read again from
+    the beginning every owned input partition whose topic id changed or whose
+    committed offset lies beyond the log's end (monitor/worker/rewind.py).
+
+    A broker that lost its log (or a topic deleted and recreated) starts offsets at 0
+    under a new topic id, and Faust silently drops every message below the offset it
+    last read or committed. The partitions' states are dropped too: their next batch
+    restores the checkpoint, finds it gone or behind what this process applied
+    (`state_lost`) and counts from the new log, skipping nothing as a redelivery."""
+    settings = worker.settings
+    for change in await asyncio.to_thread(ensure_topics, settings):
+        log.warning("topic check: %s", change)
+    names = (settings.topic_decisions, settings.topic_labels, settings.topic_feedback)
+    ids = await asyncio.to_thread(topic_ids, settings, names)
+    changed = {name for name, old in worker.topic_ids.items() if ids.get(name, old) != old}
+    worker.topic_ids.update(ids)
+    lost = await asyncio.to_thread(lost_offsets, settings, names)
+    assigned = [tp for tp in worker.app.consumer.assignment()
+                if tp.topic in changed or tp in lost]
+    if not assigned:
+        return
+    if changed:
+        log.warning("topics %s have new ids (the broker lost its log, or they were "
+                    "recreated)", sorted(changed))
+    for line in (lost[tp] for tp in assigned if tp in lost):
+        log.warning("%s", line)
+    log.warning("reading partitions %s again from the beginning",
+                sorted({tp.partition for tp in assigned}))
+    async with worker._folding:
+        await worker.partitions.forget({tp.partition for tp in assigned})
+        await rewind(worker.app.consumer, assigned)
