@@ -106,14 +106,20 @@ def worker(broker, tmp_path):
 
 
 def topics_in_shape(settings) -> bool:
-    """Every keyed topic of ragmon exists with its partitions (read with kafka-python)."""
-    admin = KafkaAdminClient(**kafka_python_options(settings))
+    """Every keyed topic of ragmon exists with its partitions (read with kafka-python).
+    False while the broker does not answer (a restarted one may take a while)."""
+    try:
+        admin = KafkaAdminClient(**kafka_python_options(settings))
+    except KafkaError:
+        return False
     try:
         names = [settings.topic_decisions, settings.topic_state, settings.topic_seen]
         if not set(names) <= set(admin.list_topics()):
             return False
         return all(len(t["partitions"]) == settings.partitions
                    for t in admin.describe_topics(names))
+    except KafkaError:
+        return False
     finally:
         admin.close()
 
