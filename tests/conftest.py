@@ -33,6 +33,14 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"unknown brokers {sorted(unknown)}; choose from {BROKERS}")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A slow test (a long statistical run) is left out of the fast tier with the
+    integration tests: `-m "not integration"` is the everyday tier, CI runs everything."""
+    for item in items:
+        if item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.integration)
+
+
 @pytest.fixture(params=BROKERS)
 def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """Each broker-backed test runs on the embedded broker and on Apache Kafka."""

@@ -127,7 +127,9 @@ EXPECTED = {
 }
 
 
-@pytest.mark.parametrize("scenario", EXPECTED)
+@pytest.mark.parametrize("scenario", [
+    pytest.param(s, marks=pytest.mark.slow) if s != "prompt_change" else s
+    for s in EXPECTED])  # the slow ones calibrate thresholds by simulation (~40 s each)
 def test_scenarios_alarm_after_the_change(scenario):
     records = _backtest(_traces(scenario))
     signal, direction = EXPECTED[scenario]
@@ -142,6 +144,7 @@ def test_scenarios_alarm_after_the_change(scenario):
         assert languages == {"de"}
 
 
+@pytest.mark.slow
 def test_stationary_twin_raises_nothing():
     assert _backtest(_traces("steady")) == []
 

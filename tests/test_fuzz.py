@@ -11,6 +11,7 @@ import json
 import random
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import traces
@@ -95,6 +96,7 @@ def _get(obj: Any, path: tuple[Any, ...]) -> Any:
     return obj
 
 
+@pytest.mark.slow
 @given(traces(), st.randoms(use_true_random=False))
 @settings(max_examples=EXAMPLES, deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
@@ -121,6 +123,7 @@ def test_adversarial_messages_are_accounted_for(trace, rng):
     processed["messages"] += len(batch)
 
 
+@pytest.mark.slow
 def test_fuzz_volume():
     # Runs after the fuzz test in file order: the volume promised in the issue was pushed.
     assert processed["messages"] >= EXAMPLES * PER_EXAMPLE >= 100_000

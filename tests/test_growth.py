@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from monitor.aggregate.layout import from_settings
 from monitor.detect.drift import DriftConfig
@@ -57,6 +58,7 @@ def _backtest(scenario: str, n: int, **config: object) -> Backtest:
     return run
 
 
+@pytest.mark.slow
 def test_a_steady_release_grows_its_reference_to_the_limit():
     run = _backtest("steady", 48_000, reference_max_traces=9_000)
     reference = run.drift.references["2026.11.3"]  # 16 windows of ~1,500 traces
@@ -85,6 +87,7 @@ def _ccu_share(run: Backtest, release: str) -> float:
                  / cell.counts[layout.counts["traces"]])
 
 
+@pytest.mark.slow
 def test_a_change_does_not_join_the_reference():
     changed = _backtest("index_change", 40_000)
     steady = _backtest("steady", 40_000)

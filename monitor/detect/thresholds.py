@@ -125,13 +125,6 @@ def run_lengths(family: Family, window_n: float, steps: int, draws: int = 20,
     return hs, 1.0 / mean_rate, alarmed.sum(axis=0)
 
 
-def _round(x: float, digits: int) -> float:
-    """Round to `digits` significant digits (inf stays inf)."""
-    if not math.isfinite(x) or x == 0:
-        return x
-    return round(x, digits - 1 - math.floor(math.log10(abs(x))))
-
-
 def _fine(x: float) -> float:
     """Snap a positive number to the R10 series (10 steps a decade, at most 12% off)."""
     if not math.isfinite(x) or x <= 0:
