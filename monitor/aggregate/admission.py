@@ -97,7 +97,7 @@ def admit_python(pipe: Any, raws: list[bytes], dead: list[tuple[int, Rejection]]
             count["duplicates"] += 1
             continue
         ts = trace.ts.timestamp()
-        # Windows.start_of, is_late and observe, inline: this loop runs per message.
+        # The window rule of monitor/aggregate/windows.py, inline: this runs per message.
         start = int(ts // size) * size
         if start + size <= watermark - lateness:
             count["late"] += 1

@@ -2,11 +2,9 @@
 
 The watermark is the largest event time seen. A window [start, start + size) closes
 once `start + size <= watermark - lateness`; a trace whose window has closed (or would
-have) is late: the caller counts it and keeps it out of the fold.
-
-    >>> w = Windows(layout, window_seconds=60, lateness_seconds=30)
-    >>> w.observe(120.0); w.is_late(10.0)   # window [0, 60) closed at watermark 90
-    True
+have) is late: the caller counts it and keeps it out of the fold. The admission applies
+the rule per message, inline (monitor/aggregate/admission.py and its compiled twin);
+here the windows are held and closed.
 """
 
 from __future__ import annotations
@@ -26,16 +24,6 @@ class Windows:
         self.lateness_seconds = lateness_seconds
         self.watermark = float("-inf")
         self.open: dict[int, Table] = {}
-
-    def start_of(self, ts: float) -> int:
-        return int(ts // self.window_seconds) * self.window_seconds
-
-    def is_late(self, ts: float) -> bool:
-        return self.start_of(ts) + self.window_seconds <= self.watermark - self.lateness_seconds
-
-    def observe(self, ts: float) -> None:
-        if ts > self.watermark:
-            self.watermark = ts
 
     def table(self, start: int) -> Table:
         table = self.open.get(start)

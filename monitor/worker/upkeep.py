@@ -50,6 +50,7 @@ async def check_stall(worker: Worker) -> None:
         stall.restart_in_place()
     worker.last_progress = time.monotonic()  # caught up: look again after another period
 
+
 async def check_topics(worker: Worker) -> None:
     """Put ragmon's topics back in shape (monitor/worker/provision.py), and read again from
     the beginning every owned input partition whose topic id changed or whose
