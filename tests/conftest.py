@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Threshold calibrations (deterministic simulations, ~40 s a key) kept in the checkout
+    # between runs, not in the user's home (monitor/detect/thresholds.py).
+    os.environ.setdefault("RAGMON_CALIBRATION_CACHE",
+                          str(Path(__file__).resolve().parents[1] / ".cache" / "thresholds"))
     if not EXAMPLES.is_dir():
         raise pytest.UsageError(f"examples not found at {EXAMPLES}")
     chosen = config.getoption("--brokers").split(",")

@@ -238,8 +238,10 @@ def test_sigterm_stops_the_worker_within_ten_seconds_in_every_state(broker, tmp_
     times["running"] = _sigterm_seconds(process)
 
     # Short windows and lateness (as in the demo), so windows close and a reference freezes
-    # within the simulated minute; its thresholds then take tens of seconds to simulate.
+    # within the simulated minute; its thresholds then take tens of seconds to simulate
+    # (not read from the calibration cache: this state is the one under test).
     calibrating = {"RAGMON_REFERENCE_TRACES": "500", "RAGMON_APP_ID": "ragmon-calibrating",
+                   "RAGMON_CALIBRATION_CACHE": "off",
                    "RAGMON_WINDOW_SECONDS": "5", "RAGMON_ALLOWED_LATENESS_SECONDS": "2"}
     process, port = start_worker(broker, tmp_path, "calibrating", env=calibrating)
     produce(settings, settings.topic_decisions, list(Simulator(seed=2).traces(3000)))

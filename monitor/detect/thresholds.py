@@ -25,8 +25,11 @@ windows (`arl0_windows`).
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -37,6 +40,8 @@ __all__ = ["arl0_windows", "calibration_key", "run_lengths", "threshold"]
 _MIN_ALARMS = 40  # alarms needed before an ARL0 estimate is trusted
 _STEPS = 1500     # windows simulated per stream; longer budgets are extrapolated
 _GAUSSIAN_EVENTS = 10.0
+_SOURCES = b"".join(Path(__file__).with_name(name).read_bytes()
+                    for name in ("thresholds.py", "detectors.py"))
 
 
 def arl0_windows(days: float, streams: int, window_seconds: float) -> float:
@@ -100,11 +105,49 @@ def calibration_key(family: Family, window_n: float) -> tuple[Family, float]:
 @lru_cache(maxsize=1024)
 def _curve(family: Family, window_n: float) -> tuple[np.ndarray, np.ndarray]:
     """(thresholds, log ARL0) measured where enough alarms make the estimate trustworthy."""
+    path = _cache_path(family, window_n)
+    if path is not None:
+        try:
+            with np.load(path) as saved:
+                return saved["hs"], saved["log_arls"]
+        except (OSError, ValueError, KeyError):
+            pass  # absent or unreadable: simulate, and write it again
+    curve = _simulate(family, window_n)
+    if path is not None:
+        _save(path, curve)
+    return curve
+
+
+def _simulate(family: Family, window_n: float) -> tuple[np.ndarray, np.ndarray]:
     hs, arls, alarms = run_lengths(family, window_n, _STEPS)
     ok = alarms >= _MIN_ALARMS
     if not ok.any():
         return hs[:1], np.log(arls[:1])
     return hs[ok], np.log(np.maximum.accumulate(arls[ok]))
+
+
+def _cache_path(family: Family, window_n: float) -> Path | None:
+    """Where a calibration is kept between processes: the simulation is deterministic
+    (seed 0) and takes seconds to a minute per key, so a restarted worker, a replay and a
+    test run reuse it. Keyed by the key and by this module's and the detectors' source,
+    so a change to either calibrates afresh. RAGMON_CALIBRATION_CACHE names the folder
+    (default ~/.cache/ragmon/thresholds); "off" turns it off."""
+    folder = os.environ.get("RAGMON_CALIBRATION_CACHE", "")
+    if folder == "off":
+        return None
+    base = Path(folder) if folder else Path.home() / ".cache" / "ragmon" / "thresholds"
+    digest = hashlib.sha256(_SOURCES + repr((family, window_n, _STEPS, _MIN_ALARMS)).encode())
+    return base / f"{digest.hexdigest()[:32]}.npz"
+
+
+def _save(path: Path, curve: tuple[np.ndarray, np.ndarray]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp.npz")
+        np.savez(partial, hs=curve[0], log_arls=curve[1])
+        os.replace(partial, path)  # whole or not at all, whoever writes it at the same time
+    except OSError:
+        pass  # a read-only home: calibrate again next time
 
 
 def run_lengths(family: Family, window_n: float, steps: int, draws: int = 20,
