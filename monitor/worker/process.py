@@ -18,7 +18,7 @@ import faust
 from monitor.export.collector import serve
 from monitor.settings import Settings
 from monitor.worker.app import build
-from monitor.worker.provision import topic_ids
+from monitor.worker.provision import input_topics, topic_ids
 from monitor.worker.rewind import rewind_lost_offsets
 
 __all__ = ["run"]
@@ -56,7 +56,7 @@ def run(settings: Settings, loglevel: str = "info") -> None:
     worker = build(settings)
     serve(worker.collector, settings.metrics_host, settings.metrics_port)
     log.info("metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
-    inputs = (settings.topic_decisions, settings.topic_labels, settings.topic_feedback)
+    inputs = input_topics(settings)
     worker.topic_ids = topic_ids(settings, inputs)
     for change in rewind_lost_offsets(settings, inputs):
         log.warning("%s", change)

@@ -29,7 +29,8 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 from monitor.settings import Settings
 from monitor.worker.connection import ConnectionProblem, TopicProblem, kafka_python_options
 
-__all__ = ["TopicProblem", "Wanted", "ensure_topics", "topic_ids", "wanted"]
+__all__ = ["TopicProblem", "Wanted", "admin_client", "ensure_topics", "input_topics", "topic_ids",
+           "wanted"]
 
 
 @dataclass(frozen=True)
@@ -54,12 +55,22 @@ def wanted(settings: Settings) -> list[Wanted]:
             Wanted(settings.topic_references, 1, configs=compact)]
 
 
+def admin_client(settings: Settings) -> KafkaAdminClient:
+    """An admin client whose requests wait at most `connect_timeout_seconds`."""
+    return KafkaAdminClient(**kafka_python_options(settings),
+                            request_timeout_ms=int(settings.connect_timeout_seconds * 1000))
+
+
+def input_topics(settings: Settings) -> tuple[str, str, str]:
+    """The topics ragmon consumes: partition p of each is one state."""
+    return settings.topic_decisions, settings.topic_labels, settings.topic_feedback
+
+
 def ensure_topics(settings: Settings) -> list[str]:
     """Create what is missing, repair what is safe; returns one line per change made.
     Raises TopicProblem for a layout that cannot be repaired safely."""
     try:
-        admin = KafkaAdminClient(**kafka_python_options(settings),
-                                 request_timeout_ms=int(settings.connect_timeout_seconds * 1000))
+        admin = admin_client(settings)
         try:
             return _ensure(admin, settings, wanted(settings))
         finally:
@@ -71,8 +82,7 @@ def ensure_topics(settings: Settings) -> list[str]:
 
 def topic_ids(settings: Settings, names: tuple[str, ...]) -> dict[str, str]:
     """The broker's id of each existing topic among `names`: a new id is a new log."""
-    admin = KafkaAdminClient(**kafka_python_options(settings),
-                             request_timeout_ms=int(settings.connect_timeout_seconds * 1000))
+    admin = admin_client(settings)
     try:
         existing = set(admin.list_topics())
         found = admin.describe_topics([n for n in names if n in existing])

@@ -28,6 +28,7 @@ from kafka.errors import KafkaError
 
 from monitor.settings import Settings
 from monitor.worker.connection import kafka_python_options
+from monitor.worker.provision import admin_client
 
 __all__ = ["lost_offsets", "rewind", "rewind_lost_offsets"]
 
@@ -37,13 +38,16 @@ log = logging.getLogger(__name__)
 def lost_offsets(settings: Settings, names: tuple[str, ...]) -> dict[TopicPartition, str]:
     """The group's committed offsets on `names` that lie beyond their partition's end
     (committed against a log the broker has since lost), each with a line saying so."""
-    admin = KafkaAdminClient(**kafka_python_options(settings),
-                             request_timeout_ms=int(settings.connect_timeout_seconds * 1000))
+    admin = admin_client(settings)
     try:
-        committed = _committed(admin, settings.app_id)
+        return _lost(admin, settings, names)
     finally:
         admin.close()
-    ours = {tp: meta.offset for tp, meta in committed.items()
+
+
+def _lost(admin: KafkaAdminClient, settings: Settings,
+          names: tuple[str, ...]) -> dict[TopicPartition, str]:
+    ours = {tp: meta.offset for tp, meta in _committed(admin, settings.app_id).items()
             if tp.topic in names and meta.offset > 0}
     if not ours:
         return {}
@@ -78,14 +82,12 @@ def rewind_lost_offsets(settings: Settings, names: tuple[str, ...]) -> list[str]
     start; returns one line per partition. A group with running members refuses (they
     rewind themselves in their topic check), and says so in the line."""
     try:
-        lost = lost_offsets(settings, names)
-        if not lost:
-            return []
-        admin = KafkaAdminClient(**kafka_python_options(settings),
-                                 request_timeout_ms=int(settings.connect_timeout_seconds * 1000))
+        admin = admin_client(settings)
         try:
-            errors = admin.reset_group_offsets(settings.app_id,
-                                               dict.fromkeys(lost, OffsetSpec.EARLIEST))
+            lost = _lost(admin, settings, names)
+            errors = (admin.reset_group_offsets(settings.app_id,
+                                                dict.fromkeys(lost, OffsetSpec.EARLIEST))
+                      if lost else {})
         finally:
             admin.close()
     except KafkaError as exc:  # a broker without the group APIs: the running check remains

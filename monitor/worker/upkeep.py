@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from monitor.worker import stall, topics
-from monitor.worker.provision import ensure_topics, topic_ids
+from monitor.worker.provision import ensure_topics, input_topics, topic_ids
 from monitor.worker.rewind import lost_offsets, rewind
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ async def check_topics(worker: Worker) -> None:
     settings = worker.settings
     for change in await asyncio.to_thread(ensure_topics, settings):
         log.warning("topic check: %s", change)
-    names = (settings.topic_decisions, settings.topic_labels, settings.topic_feedback)
+    names = input_topics(settings)
     ids = await asyncio.to_thread(topic_ids, settings, names)
     changed = {name for name, old in worker.topic_ids.items() if ids.get(name, old) != old}
     worker.topic_ids.update(ids)
