@@ -94,7 +94,7 @@ async def checkpointed(bootstrap: str, state_topic: str, app_id: str, n: int) ->
 
 
 def checkpoint_read(blob: bytes) -> int:
-    return int(checkpoint.read(blob)["input"].get("read", 0))
+    return int(checkpoint.decode(blob).input.get("read", 0))
 
 
 def ragmon_worker(broker: EmbeddedBroker, n: int, dims: str, workdir: Path) -> float:

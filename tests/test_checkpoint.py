@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import lz4.frame
+import msgspec
+import pytest
 from conftest import assert_same, lines
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from monitor.aggregate.checkpoint import dump, load
+from monitor.aggregate.checkpoint import Caps, State, WindowState, decode, dump, encode, load
 from monitor.aggregate.pipeline import Pipeline
 from monitor.offline.replay import build
 from monitor.settings import load as load_settings
@@ -175,3 +179,51 @@ def test_segments_expire_by_event_time_and_by_count():
     assert [s.upto for s in keep] == [20, 30] and [s.upto for s in gone] == [10]
     keep, gone = expired(segments, watermark=300.0, horizon_seconds=1e9, max_entries=6)
     assert [s.upto for s in keep] == [20, 30] and [s.upto for s in gone] == [10]
+
+
+_names = st.text("abcdefghij_.-", min_size=1, max_size=8)
+_counts = st.dictionaries(_names, st.integers(0, 2**40), max_size=4)
+_tables = st.one_of(st.binary(max_size=40),
+                    st.dictionaries(_names, st.lists(st.integers(0, 9), max_size=3), max_size=2))
+_windows = st.builds(
+    WindowState, st.integers(0, 2**40), _tables,
+    st.dictionaries(_names, st.lists(st.lists(st.one_of(st.none(), _names), max_size=3),
+                                     max_size=2), max_size=2),
+    st.lists(st.tuples(_names, st.lists(st.tuples(_names, _names), max_size=2),
+                       st.integers(0, 2**40), _names,
+                       st.floats(allow_nan=False, allow_infinity=False)), max_size=3))
+_states = st.builds(
+    State, version=st.sampled_from([1, 2, 3, 4]), offsets=_counts,
+    watermark=st.floats(allow_nan=False, allow_infinity=False),
+    open=st.dictionaries(st.integers(0, 2**40).map(str), _tables, max_size=3), totals=_tables,
+    recent=st.lists(_windows, max_size=3), closed_count=st.integers(0, 2**40), input=_counts,
+    rejected=_counts, events=st.dictionaries(_names, _counts, max_size=2), joined=_counts,
+    expired=_counts, waiting=_counts, pending=st.lists(st.binary(max_size=30), max_size=3),
+    caps=st.builds(Caps, st.lists(_names, max_size=3),
+                   st.dictionaries(_names, st.lists(_names, max_size=3), max_size=2),
+                   st.lists(_names, max_size=3)))
+
+
+@given(_states)
+@settings(max_examples=200, deadline=None)
+def test_a_checkpoint_state_decodes_to_itself(state):
+    assert decode(encode(state)) == state
+
+
+def test_a_pipeline_loaded_from_a_checkpoint_writes_the_same_checkpoint(examples):
+    settings = load_settings()
+    original = Pipeline(settings)
+    original.feed_events(lines(examples / "labels.jsonl")[:2], "labels")
+    original.feed(list(Simulator(seed=8).traces(800)) + lines(examples / "bad-traces.jsonl"))
+    original.close_ready()
+    blob = dump(original, {"rag.decisions": 9})
+    restored, _ = load(settings, blob)
+    assert decode(dump(restored, {"rag.decisions": 9})) == decode(blob)
+
+
+def test_bytes_that_are_not_a_checkpoint_are_refused_with_a_reason():
+    with pytest.raises(ValueError, match="not a checkpoint"):
+        decode(b"RGM3" + msgspec.msgpack.encode({"version": 4, "offsets": "x"}))
+    with pytest.raises(ValueError, match="version 9 is not one of"):
+        decode(encode(msgspec.structs.replace(
+            decode(dump(Pipeline(load_settings()), {})), version=9)))

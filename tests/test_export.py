@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from monitor.aggregate.pipeline import Pipeline
 from monitor.detect.drift import Drift, DriftConfig
 from monitor.export.collector import METRICS, Collector, snapshot_of
+from monitor.export.snapshot import Health
 from monitor.offline.backtest import Backtest
 from monitor.offline.replay import build as summary_of
 from monitor.settings import load
@@ -25,7 +26,7 @@ def scrape(pipeline, budget=20_000, drift=None):
     registry = CollectorRegistry()
     collector = Collector(budget)
     registry.register(collector)
-    collector.current = snapshot_of([pipeline], {"partitions": 4}, drift)
+    collector.current = snapshot_of([pipeline], Health(partitions=4), drift)
     return registry
 
 

@@ -28,7 +28,7 @@ RANKS = {
 STAGE_ORDER = ["ingest", "aggregate", "detect", "export", "worker", "cli"]
 THIRD_PARTY_HOMES = {
     "faust": {"worker.app", "worker.process"},
-    "prometheus_client": {"export.collector", "export.health"},
+    "prometheus_client": {"export.catalog", "export.collector", "export.health"},
     "kafka": {"client", "worker.provision", "worker.rewind"},
     "aiokafka": {"worker.topics", "worker.reference_sync"},
     "scipy": {"detect.detectors"}, "pydantic": {"settings"}, "pydantic_settings": {"settings"},

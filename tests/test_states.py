@@ -12,7 +12,16 @@ from monitor.aggregate.pipeline import Pipeline
 from monitor.offline.replay import build
 from monitor.settings import load as load_settings
 from monitor.simulate import Simulator
-from monitor.worker.child import Group, States, frame, read_frame, serve
+from monitor.worker.child import (
+    FoldGroups,
+    Group,
+    Request,
+    Restore,
+    States,
+    pack_message,
+    read_message,
+    serve,
+)
 
 TOPIC = "rag.decisions"
 
@@ -62,21 +71,21 @@ def test_the_child_serves_requests_and_exits_when_the_worker_goes():
     child.start()
     theirs.close()
 
-    def call(verb: str, *args: object) -> tuple[bool, object]:
-        for part in frame((verb, args)):
+    def call(request: Request | str) -> tuple[bool, object]:
+        for part in pack_message(request):
             ours.sendall(part)
-        reply = read_frame(ours)
+        reply = read_message(ours)
         assert reply is not None
         return pickle.loads(reply)  # type: ignore[no-any-return]
 
     try:
-        assert call("restore", 3, None, []) == (True, ({}, 0))
-        ok, ([folded], missing, _) = call("fold", "decisions", [Group(3, TOPIC, [0], [b"[]"]),
-                                                             Group(4, TOPIC, [0], [b"[]"])])
+        assert call(Restore(3, None, [])) == (True, ({}, 0))
+        ok, ([folded], missing, _) = call(FoldGroups("decisions", [
+            Group(3, TOPIC, [0], [b"[]"]), Group(4, TOPIC, [0], [b"[]"])]))
         assert ok and [r.reason for _, r in folded.dead] == ["not_object"]
         assert missing == [4]  # not held here: the worker restores it and asks again
         ok, error = call("merge")
-        assert not ok and "KeyError: 'merge'" in error
+        assert not ok and "TypeError: not a request of the states process: 'merge'" in error
     finally:
         ours.close()  # as a kill -9 of the worker closes it
     child.join(timeout=60)

@@ -15,6 +15,7 @@ from monitor.aggregate.pipeline import Pipeline
 from monitor.aggregate.table import TOTAL
 from monitor.client import produce, read_latest
 from monitor.export.collector import Collector, snapshot_of
+from monitor.export.snapshot import Health
 
 pytestmark = pytest.mark.integration
 
@@ -96,7 +97,7 @@ def _label_series(pipeline):
     registry = CollectorRegistry()
     collector = Collector(20_000)
     registry.register(collector)
-    collector.current = snapshot_of([pipeline], {}, None)
+    collector.current = snapshot_of([pipeline], Health(), None)
     text = generate_latest(registry).decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for fam in text_string_to_metric_families(text) for s in fam.samples

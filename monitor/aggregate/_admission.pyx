@@ -1,13 +1,14 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """The compiled admission: `monitor/aggregate/admission.py`'s loop with its common case in C.
 
-A clean decision (no backslash, starts with its schema, decodes strictly, no content
-key in its maps, well-formed identifiers, a zone on `ts`, a well-formed reason) is
-decoded here as `parts.decode_trace` does, with the parts' cache lookups in C; any other
-message goes to `ingest.parse`, which decides its fate exactly as in the reference. A
-slicing not yet in the slicer's cache is computed by `Slicer.keys`, label joins by
-`Joiner.on_trace`. `fold_chunk` is `admit.fold_chunk_python` in C. tests/test_admit.py
-checks a compiled and a pure-Python pipeline end in the same state.
+A message with no backslash that starts with its schema, decodes strictly and has no
+content key in its maps is decoded here as `parts.decode_trace` does, with the parts'
+cache lookups in C, and checked by `rules.problem` (the one home of the acceptance
+rules); any other message, or one with a problem, goes to `ingest.parse`, which decides
+its fate exactly as in the reference. A slicing not yet in the slicer's cache is
+computed by `Slicer.keys`, label joins by `Joiner.on_trace`. `fold_chunk` is
+`admission.fold_chunk_python` in C. tests/test_admit.py checks a compiled and a
+pure-Python pipeline end in the same state.
 """
 
 from cpython.dict cimport PyDict_GetItem
@@ -18,18 +19,18 @@ from libc.string cimport memchr
 import msgspec
 
 from monitor.aggregate.admission import CHUNK_TRACES, COMPONENTS_MAX
-from monitor.ingest.contract import CONTENT_FIELDS, KNOWN_REASONS, Trace, to_json
-from monitor.ingest.parse import REASON_CODE, TRACE_PREFIX, Rejection, parse
 from monitor.aggregate.joins import TraceRef
+from monitor.ingest.contract import CONTENT_FIELDS, Trace, to_json
+from monitor.ingest.parse import TRACE_PREFIX, Rejection, parse
 from monitor.ingest.parts import CHECKS, REQUIREMENTS, SLICE, SYSTEM, WIRE, Unusual
+from monitor.ingest.rules import problem
 from monitor.ingest.slices import query_length
 
 cdef object _WIRE = WIRE
 cdef tuple _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError,
                              Unusual)
 cdef frozenset _CONTENT = CONTENT_FIELDS
-cdef frozenset _KNOWN = frozenset(KNOWN_REASONS)
-cdef object _CODE = REASON_CODE.fullmatch
+cdef object _PROBLEM = problem
 cdef bytes _PREFIX = TRACE_PREFIX
 cdef tuple _LENGTHS = tuple(query_length(tokens) for tokens in range(64))
 cdef object _ASTUPLE = msgspec.structs.astuple
@@ -47,9 +48,10 @@ cdef inline object _part(part, raw):
     return part(raw) if found == NULL else <object>found
 
 
-cdef tuple _clean(bytes raw, Py_ssize_t max_bytes):
-    """The fields of a message `ingest.parse` would accept as is, in `Trace`'s order (a
-    tuple: reading a Struct's attributes one by one cost ~8% of the replay), else None."""
+cdef object _clean(bytes raw, Py_ssize_t max_bytes):
+    """The trace and its fields (a tuple, in `Trace`'s order: reading a Struct's
+    attributes one by one cost ~8% of the replay) of a message `ingest.parse` would
+    accept as is, else None."""
     cdef Py_ssize_t n = len(raw)
     cdef list fields
     if n > max_bytes or memchr(<const char*>raw, 92, n) != NULL or not raw.startswith(_PREFIX):
@@ -69,43 +71,11 @@ cdef tuple _clean(bytes raw, Py_ssize_t max_bytes):
     maps = fields[_EVALS]
     if maps and not _CONTENT.isdisjoint(maps):
         return None
-    if not _is_trace_id(fields[_TRACE_ID]):
+    values = tuple(fields)
+    trace = Trace(*values)
+    if _PROBLEM(trace) is not None:
         return None
-    otel = fields[_OTEL]
-    if otel is not None and not (_is_hex(otel.trace_id, 32) and _is_hex(otel.span_id, 16)):
-        return None
-    if fields[_TS].tzinfo is None:
-        return None
-    reason = fields[_REASON]
-    if reason is None:
-        if fields[_DECISION] == "abstain":
-            return None
-    elif reason not in _KNOWN and _CODE(reason) is None:
-        return None
-    return tuple(fields)
-
-
-cdef bint _is_trace_id(str value):
-    """contract.TRACE_ID_FORMAT (the model bounds the length): letters, digits, ._:-"""
-    cdef Py_UCS4 c
-    for c in value:
-        if not ("a" <= c <= "z" or "A" <= c <= "Z" or "0" <= c <= "9"
-                or c == "." or c == "_" or c == ":" or c == "-"):
-            return False
-    return True
-
-
-cdef bint _is_hex(value, Py_ssize_t length):
-    """None, or contract.OTEL_*_ID_FORMAT: `length` lowercase hex digits."""
-    cdef Py_UCS4 c
-    if value is None:
-        return True
-    if len(<str>value) != length:
-        return False
-    for c in <str>value:
-        if not ("0" <= c <= "9" or "a" <= c <= "f"):
-            return False
-    return True
+    return trace, values
 
 
 cdef object _raw_key(tuple fields, tuple dimensions):
@@ -147,7 +117,7 @@ def admit(pipe, list raws, list dead, list deltas):
     cdef double ts, watermark = windows.watermark
     cdef PyObject* found
     size, lateness = windows.window_seconds, windows.lateness_seconds
-    keys, order_append, fold_chunk = slicer.keys, seen.order.append, pipe.fold_chunk
+    keys, order_append = slicer.keys, seen.order.append
     cdef Py_ssize_t retained_max = seen.max_entries
     journal = pipe.journal
     rejected_by_reason = pipe.rejected_by_reason
@@ -155,8 +125,8 @@ def admit(pipe, list raws, list dead, list deltas):
     cdef tuple fields
     for index in range(n):
         raw = raws[index]
-        fields = _clean(raw, max_bytes)
-        if fields is None:
+        clean = _clean(raw, max_bytes)
+        if clean is None:
             result = parse(raw, max_bytes, Trace)
             dropped += result.content_fields_dropped
             if isinstance(result, Rejection):
@@ -166,7 +136,7 @@ def admit(pipe, list raws, list dead, list deltas):
             trace = result.event
             fields = _ASTUPLE(trace)
         else:
-            trace = Trace(*fields)
+            trace, fields = clean
         trace_id = fields[_TRACE_ID]
         if trace_id in refs:
             duplicates += 1
@@ -193,11 +163,11 @@ def admit(pipe, list raws, list dead, list deltas):
             journal.append((trace_id, ts, ref))
         chunk.append((start, trace, slicing, (base + index, trace_id, ts)))
         if len(chunk) == CHUNK_TRACES:
-            fold_chunk(chunk)
+            fold_chunk(pipe, chunk)
             chunk = []
         if joiner.pending:
             deltas.extend(joiner.on_trace(trace_id, ref))
-    fold_chunk(chunk)
+    fold_chunk(pipe, chunk)
     count["duplicates"] += duplicates
     count["late"] += late
     return n, dropped

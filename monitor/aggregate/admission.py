@@ -4,8 +4,9 @@ folding of the kept ones a chunk at a time.
 `admit`, per message: parse (ingest), duplicate check, lateness, slicing, first
 sighting (and the journal), then into a chunk that `fold_chunk` folds every
 `CHUNK_TRACES` traces (the window tables, version components, last trace per cell,
-OpenTelemetry exemplars). `pipe` is the Pipeline (typed `Any`: the pipeline imports
-this module, not the other way round).
+OpenTelemetry exemplars). Both work on `Admitting`: the parts of a pipeline they read
+and write (the pipeline imports this module, not the other way round); neither calls
+back into the pipeline.
 
 Both are compiled (`monitor/aggregate/_admission.pyx`, built by `pip install`) where
 there is a C compiler; `admit_python` and `fold_chunk_python` are the reference, and
@@ -18,13 +19,23 @@ in C and hands everything else to the same Python code as here (`ingest.parse`,
 
 from __future__ import annotations
 
-from typing import Any, Final
+from collections import Counter
+from typing import TYPE_CHECKING, Final, Protocol, TypeAlias
 
-from monitor.aggregate.joins import Delta, TraceRef
+from monitor.aggregate.dedupe import Seen
+from monitor.aggregate.joins import Delta, Joiner, TraceRef
+from monitor.aggregate.table import CellKey
+from monitor.aggregate.windows import Windows
 from monitor.ingest.contract import System, Trace, to_json
 from monitor.ingest.parse import Rejection, parse
+from monitor.ingest.slices import Slicer, Slicing
+from monitor.settings import Settings
 
-__all__ = ["CHUNK_TRACES", "COMPONENTS_MAX", "admit_python", "fold_chunk_python"]
+if TYPE_CHECKING:  # fold.py imports compiled.py, which imports this module
+    from monitor.aggregate.fold import Exemplar, Folder
+
+__all__ = ["CHUNK_TRACES", "COMPONENTS_MAX", "Admitting", "Kept", "admit_python",
+           "fold_chunk_python"]
 
 # Kept traces are folded in chunks of this many: small enough that the decoded traces
 # stay in cache between parsing and folding: reading a thousand decoded traces (a few MB)
@@ -32,11 +43,35 @@ __all__ = ["CHUNK_TRACES", "COMPONENTS_MAX", "admit_python", "fold_chunk_python"
 CHUNK_TRACES: Final = 64
 COMPONENTS_MAX: Final = 64  # distinct version tuples remembered per release and window
 
+Components = tuple[str | None, ...]
+# A kept trace on its way to the fold: (window start, trace, slicing, exemplar).
+Kept: TypeAlias = "tuple[int, Trace, Slicing, Exemplar]"
 
-def fold_chunk_python(pipe: Any, chunk: list[tuple[int, Trace, Any, Any]]) -> None:
-    """`Pipeline.fold_chunk`: fold a chunk of kept traces into their windows; note each
-    window's version components, last trace per slicing and OpenTelemetry exemplars."""
-    by_window: dict[int, list[tuple[int, Trace, Any, Any]]] = {}
+
+class Admitting(Protocol):
+    """What admission and the chunk fold read and write of a pipeline
+    (`monitor.aggregate.pipeline.Pipeline` is one)."""
+
+    settings: Settings
+    windows: Windows
+    seen: Seen[TraceRef]
+    slicer: Slicer
+    joiner: Joiner
+    folder: Folder
+    input: Counter[str]                       # messages by outcome
+    rejected_by_reason: Counter[str]
+    journal: list[tuple[str, float, TraceRef]] | None
+    components: dict[int, dict[str, set[Components]]]
+    last_traces: dict[int, list[Exemplar | None]]
+    exemplars: dict[tuple[CellKey, str], tuple[str, float, float | None]]
+
+    def cells_of(self, slicing: Slicing) -> tuple[CellKey, ...]: ...
+
+
+def fold_chunk_python(pipe: Admitting, chunk: list[Kept]) -> None:
+    """Fold a chunk of kept traces into their windows; note each window's version
+    components, last trace per slicing and OpenTelemetry exemplars."""
+    by_window: dict[int, list[Kept]] = {}
     for item in chunk:
         by_window.setdefault(item[0], []).append(item)
     for start, items in by_window.items():
@@ -70,7 +105,7 @@ def fold_chunk_python(pipe: Any, chunk: list[tuple[int, Trace, Any, Any]]) -> No
                 pipe.exemplars[(key, trace.decision)] = exemplar
 
 
-def admit_python(pipe: Any, raws: list[bytes], dead: list[tuple[int, Rejection]],
+def admit_python(pipe: Admitting, raws: list[bytes], dead: list[tuple[int, Rejection]],
                  deltas: list[Delta]) -> tuple[int, int]:
     """Admit `raws` into `pipe`: rejected and late messages go to `dead` (by index),
     label joins they complete to `deltas`; returns (messages read, content fields
@@ -80,7 +115,7 @@ def admit_python(pipe: Any, raws: list[bytes], dead: list[tuple[int, Rejection]]
     size, lateness = windows.window_seconds, windows.lateness_seconds
     watermark = windows.watermark
     journal = pipe.journal
-    chunk: list[tuple[int, Trace, Any, Any]] = []
+    chunk: list[Kept] = []
     dropped = 0
     base = count["read"]
     for index, raw in enumerate(raws):
@@ -113,10 +148,10 @@ def admit_python(pipe: Any, raws: list[bytes], dead: list[tuple[int, Rejection]]
             journal.append((trace_id, ts, ref))
         chunk.append((start, trace, slicing, (base + index, trace_id, ts)))
         if len(chunk) == CHUNK_TRACES:
-            pipe.fold_chunk(chunk)
+            fold_chunk_python(pipe, chunk)
             chunk = []
         if joiner.pending:
             deltas.extend(joiner.on_trace(trace_id, ref))
-    pipe.fold_chunk(chunk)
+    fold_chunk_python(pipe, chunk)
     return len(raws), dropped
 

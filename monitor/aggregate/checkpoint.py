@@ -19,8 +19,8 @@ the seen topic as a segment of their own before the batch's checkpoint
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, NamedTuple, TypeAlias
 from weakref import WeakKeyDictionary
 
 import lz4.frame
@@ -35,8 +35,8 @@ from monitor.ingest.parse import Accepted, parse
 from monitor.ingest.slices import Cap, Slicer, Slicing
 from monitor.settings import Settings
 
-__all__ = ["Partial", "Segment", "dump", "dump_seen", "expired", "load", "partial", "read",
-           "restore_seen"]
+__all__ = ["Caps", "Partial", "Segment", "State", "WindowState", "decode", "dump", "dump_seen",
+           "encode", "expired", "load", "partial", "restore_seen"]
 
 _VERSION = 4
 # 1: no closed windows; 1-2: tables as plain dicts, all compressed; 1-3: zlib; 4: lz4
@@ -51,6 +51,52 @@ _RAW = b"RGM3"
 _LZ4_MAGIC = b"\x04\x22\x4d\x18"
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
+# A table as checkpointed: its compressed msgpack bytes (3+), or its plain state (1-2).
+TableBytes: TypeAlias = bytes | dict[str, Any]
+# The last trace of a cell of a closed window: release, slice pairs, input position,
+# trace id, event time.
+LastTrace: TypeAlias = tuple[str, list[tuple[str, str]], int, str, float]
+
+
+class WindowState(msgspec.Struct, array_like=True):
+    """A closed window as checkpointed (`Closed`): an array on the wire."""
+
+    start: int
+    table: TableBytes
+    components: dict[str, list[list[str | None]]]  # per release, version tuples seen
+    last: list[LastTrace]
+
+
+class Caps(msgspec.Struct):
+    """The admitted values of every cap."""
+
+    releases: list[str]
+    values: dict[str, list[str]]  # per slice dimension
+    missing: list[str]            # requirement ids
+
+
+class State(msgspec.Struct, kw_only=True):
+    """A checkpoint, typed: the wire form of every version read (`_READS`); fields a
+    version did not write take their defaults."""
+
+    version: int
+    offsets: dict[str, int]       # applied, per source topic
+    watermark: float
+    open: dict[str, TableBytes]   # open windows by start (msgpack keys are strings)
+    totals: TableBytes
+    recent: list[WindowState] = []  # the last closed windows (from 2)
+    closed_count: int = 0
+    input: dict[str, int]
+    rejected: dict[str, int]
+    events: dict[str, dict[str, int]]
+    joined: dict[str, int]
+    expired: dict[str, int]
+    waiting: dict[str, int] = {}
+    pending: list[bytes]          # labels and feedback waiting, as their wire form
+    caps: Caps
+
+
+_state_decoder = msgspec.msgpack.Decoder(State)
 Packed = dict[int, tuple[Table, int, bytes]]  # id(table) -> (table, its version, bytes)
 _packed: WeakKeyDictionary[Pipeline, Packed] = WeakKeyDictionary()
 
@@ -69,30 +115,47 @@ def dump(pipeline: Pipeline, offsets: dict[str, int]) -> bytes:
         now[id(table)] = (table, table.version, blob)
         return blob
 
-    state = {
-        "version": _VERSION,
-        "offsets": offsets,
-        "watermark": pipeline.windows.watermark,
-        "open": {str(start): pack(t) for start, t in pipeline.windows.open.items()},
-        "totals": pack(pipeline.totals),
-        "recent": [_closed_state(window, pack(window.table))
-                   for window in pipeline.recent.values()],
-        "closed_count": pipeline.closed_count,
-        "input": dict(pipeline.input),
-        "rejected": dict(pipeline.rejected_by_reason),
-        "events": {kind: dict(c) for kind, c in pipeline.events.items()},
-        "joined": dict(pipeline.joiner.joined),
-        "expired": dict(pipeline.joiner.expired),
-        "waiting": dict(pipeline.joiner.waiting()),
-        "pending": [to_json(e) for events in pipeline.joiner.pending.values() for e in events],
-        "caps": {
-            "releases": sorted(pipeline.slicer.releases.admitted),
-            "values": {d: sorted(c.admitted) for d, c in pipeline.slicer.values.items()},
-            "missing": sorted(pipeline.admit_missing.admitted),
-        },
-    }
+    state = State(
+        version=_VERSION,
+        offsets=offsets,
+        watermark=pipeline.windows.watermark,
+        open={str(start): pack(t) for start, t in pipeline.windows.open.items()},
+        totals=pack(pipeline.totals),
+        recent=[_closed_state(window, pack(window.table))
+                for window in pipeline.recent.values()],
+        closed_count=pipeline.closed_count,
+        input=dict(pipeline.input),
+        rejected=dict(pipeline.rejected_by_reason),
+        events={kind: dict(c) for kind, c in pipeline.events.items()},
+        joined=dict(pipeline.joiner.joined),
+        expired=dict(pipeline.joiner.expired),
+        waiting=dict(pipeline.joiner.waiting()),
+        pending=[to_json(e) for events in pipeline.joiner.pending.values() for e in events],
+        caps=Caps(
+            releases=sorted(pipeline.slicer.releases.admitted),
+            values={d: sorted(c.admitted) for d, c in pipeline.slicer.values.items()},
+            missing=sorted(pipeline.admit_missing.admitted),
+        ),
+    )
     _packed[pipeline] = now
+    return encode(state)
+
+
+def encode(state: State) -> bytes:
+    """Checkpoint bytes of a state (`decode(encode(x)) == x`)."""
     return _RAW + _encoder.encode(state)
+
+
+def decode(blob: bytes) -> State:
+    """The state of checkpoint bytes of any version read (`_READS`)."""
+    data = memoryview(blob)[len(_RAW):] if blob.startswith(_RAW) else zlib.decompress(blob)
+    try:
+        state = _state_decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"not a checkpoint of a version read here {_READS}: {exc}") from None
+    if state.version not in _READS:
+        raise ValueError(f"checkpoint version {state.version!r} is not one of {_READS}")
+    return state
 
 
 def load(settings: Settings, blob: bytes | None, slicer: Slicer | None = None,
@@ -103,30 +166,30 @@ def load(settings: Settings, blob: bytes | None, slicer: Slicer | None = None,
     pipeline = Pipeline(settings, slicer, admit_missing)
     if blob is None:
         return pipeline, {}
-    state = read(blob)
+    state = decode(blob)
     layout = pipeline.layout
-    pipeline.windows.watermark = state["watermark"]
-    pipeline.windows.open = {int(s): _table(layout, t) for s, t in state["open"].items()}
-    pipeline.totals = _table(layout, state["totals"])
-    pipeline.recent = {w.start: w for w in (_closed(layout, c) for c in state.get("recent", []))}
-    pipeline.closed_count = state.get("closed_count", 0)
-    pipeline.input.update(state["input"])
-    pipeline.rejected_by_reason.update(state["rejected"])
-    for kind, counts in state["events"].items():
+    pipeline.windows.watermark = state.watermark
+    pipeline.windows.open = {int(s): _table(layout, t) for s, t in state.open.items()}
+    pipeline.totals = _table(layout, state.totals)
+    pipeline.recent = {w.start: w for w in (_closed(layout, c) for c in state.recent)}
+    pipeline.closed_count = state.closed_count
+    pipeline.input.update(state.input)
+    pipeline.rejected_by_reason.update(state.rejected)
+    for kind, counts in state.events.items():
         pipeline.events[kind].update(counts)
-    pipeline.joiner.joined.update(state["joined"])
-    pipeline.joiner.expired.update(state["expired"])
-    for raw in state["pending"]:
+    pipeline.joiner.joined.update(state.joined)
+    pipeline.joiner.expired.update(state.expired)
+    for raw in state.pending:
         result = parse(raw)
         if isinstance(result, Accepted) and isinstance(result.event, Label | Feedback):
             pipeline.joiner.on_event(result.event, pipeline.seen)
-    caps = state["caps"]
-    pipeline.slicer.releases.admitted.update(caps["releases"])
-    for dim, values in caps["values"].items():
+    caps = state.caps
+    pipeline.slicer.releases.admitted.update(caps.releases)
+    for dim, values in caps.values.items():
         if dim in pipeline.slicer.values:
             pipeline.slicer.values[dim].admitted.update(values)
-    pipeline.admit_missing.admitted.update(caps["missing"])
-    return pipeline, {topic: int(offset) for topic, offset in state["offsets"].items()}
+    pipeline.admit_missing.admitted.update(caps.missing)
+    return pipeline, dict(state.offsets)
 
 
 class Partial(NamedTuple):
@@ -144,40 +207,28 @@ class Partial(NamedTuple):
 def partial(layout: Layout, blob: bytes, before: Partial | None = None) -> Partial:
     """The countable part of checkpoint bytes, without rebuilding a pipeline; tables whose
     bytes are unchanged since `before` (the partition's previous partial) are reused."""
-    state = read(blob)
+    state = decode(blob)
     known = before.unpacked if before is not None else {}
     unpacked: dict[bytes, Table] = {}
 
-    def unpack(data: Any) -> Table:
+    def unpack(data: TableBytes) -> Table:
         if not isinstance(data, bytes):
             return _table(layout, data)
         found = unpacked[data] = known.get(data) or _table(layout, data)
         return found  # shared by partials: read only (merges make new tables)
 
-    table = unpack(state["totals"])
-    for _, data in sorted(state["open"].items(), key=lambda item: int(item[0])):
+    table = unpack(state.totals)
+    for _, data in sorted(state.open.items(), key=lambda item: int(item[0])):
         table = table.merge(unpack(data))
-    recent = [_closed(layout, c, unpack) for c in state.get("recent", [])]
-    return Partial({t: int(o) for t, o in state["offsets"].items()}, state["watermark"], table,
-                   recent, state.get("closed_count", 0), _counters(state), unpacked)
+    recent = [_closed(layout, c, unpack) for c in state.recent]
+    return Partial(dict(state.offsets), state.watermark, table, recent, state.closed_count,
+                   _counters(state), unpacked)
 
 
-def read(blob: bytes) -> dict[str, Any]:
-    """The decoded state of checkpoint bytes of any supported version."""
-    if blob.startswith(_RAW):
-        state: dict[str, Any] = _decoder.decode(memoryview(blob)[len(_RAW):])
-    else:
-        state = _decoder.decode(zlib.decompress(blob))
-    if state.get("version") not in _READS:
-        raise ValueError(f"checkpoint version {state.get('version')!r} is not one of {_READS}")
-    return state
-
-
-def _table(layout: Layout, data: Any) -> Table:
+def _table(layout: Layout, data: TableBytes) -> Table:
     """A table from its checkpointed form: compressed bytes (v3) or a plain dict."""
-    if isinstance(data, bytes):
-        data = _decoder.decode(_decompress(data))
-    return Table.from_state(layout, data)
+    state = _decoder.decode(_decompress(data)) if isinstance(data, bytes) else data
+    return Table.from_state(layout, state)
 
 
 def _compress(data: bytes) -> bytes:
@@ -191,27 +242,27 @@ def _decompress(data: bytes) -> bytes:
     return zlib.decompress(data)
 
 
-def _counters(state: dict[str, Any]) -> Counters:
-    waiting = state.get("waiting", {})
-    events = {kind: {**counts, "joined": state["joined"].get(kind, 0),
-                     "expired": state["expired"].get(kind, 0), "waiting": waiting.get(kind, 0)}
-              for kind, counts in state["events"].items()}
-    return Counters(dict(state["input"]), dict(state["rejected"]), events)
+def _counters(state: State) -> Counters:
+    events = {kind: {**counts, "joined": state.joined.get(kind, 0),
+                     "expired": state.expired.get(kind, 0),
+                     "waiting": state.waiting.get(kind, 0)}
+              for kind, counts in state.events.items()}
+    return Counters(dict(state.input), dict(state.rejected), events)
 
 
-def _closed_state(window: Closed, table: bytes) -> list[Any]:
+def _closed_state(window: Closed, table: bytes) -> WindowState:
     components = {r: [list(c) for c in seen] for r, seen in window.components.items()}
-    last = [[release, [list(p) for p in pairs], *exemplar]
+    last = [(release, list(pairs), *exemplar)
             for (release, pairs), exemplar in window.last.items()]
-    return [window.start, table, components, last]
+    return WindowState(window.start, table, components, last)
 
 
-def _closed(layout: Layout, data: list[Any], unpack: Any = None) -> Closed:
-    start, table, components, last = data
-    return Closed(int(start), unpack(table) if unpack else _table(layout, table),
-                  {r: {tuple(c) for c in seen} for r, seen in components.items()},
-                  {_slicing(release, pairs): (int(i), str(t), float(ts))
-                   for release, pairs, i, t, ts in last})
+def _closed(layout: Layout, data: WindowState,
+            unpack: Callable[[TableBytes], Table] | None = None) -> Closed:
+    return Closed(data.start, unpack(data.table) if unpack else _table(layout, data.table),
+                  {r: {tuple(c) for c in seen} for r, seen in data.components.items()},
+                  {_slicing(release, pairs): (i, t, ts)
+                   for release, pairs, i, t, ts in data.last})
 
 
 class Segment(NamedTuple):
@@ -272,7 +323,7 @@ def _sightings(state: dict[str, Any]) -> Iterator[tuple[str, float, int, Slicing
         yield trace_id, ts, start, _slicing(release, pairs), decision
 
 
-def _slicing(release: str, pairs: list[list[str]]) -> Slicing:
+def _slicing(release: str, pairs: Iterable[Sequence[str]]) -> Slicing:
     """A slicing back from its msgpack form (pairs decode as lists)."""
     return release, tuple((d, v) for d, v in pairs)
 

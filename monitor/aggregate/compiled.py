@@ -4,8 +4,9 @@
 `pip install` where there is a C compiler; each implements the same functions as the
 pure-Python reference beside it, with the same signatures:
 
-- `_admission.admit` = `admission.admit_python`, `_admission.fold_chunk` =
-  `admission.fold_chunk_python` (the `Admit` and `FoldChunk` types below);
+- `_admission.admit` = `admission.admit_python` (the `Admit` type below), and
+  `_admission.fold_chunk` = `admission.fold_chunk_python`, which each admission calls
+  itself;
 - `_fold.Codes`, `_fold.row_tuples`, `_fold.fold`: the compiled half of `fold.Folder`.
 
 Without a build both are None and ragmon runs the references (~1.9x slower on replay);
@@ -20,21 +21,20 @@ import importlib
 import os
 from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import cast
 
 from monitor.aggregate import admission
+from monitor.aggregate.admission import Admitting
+from monitor.aggregate.joins import Delta
+from monitor.ingest.parse import Rejection
 
-if TYPE_CHECKING:
-    from monitor.aggregate.pipeline import Pipeline
-
-__all__ = ["ADMISSION", "COMPILED", "FOLD", "REQUIRED", "Admit", "FoldChunk", "admitter"]
+__all__ = ["ADMISSION", "COMPILED", "FOLD", "REQUIRED", "Admit", "admitter"]
 
 REQUIRED = os.environ.get("RAGMON_REQUIRE_COMPILED", "") not in ("", "0")
 
 # (pipeline, raw messages, dead letters out, label deltas out) -> (read, dropped)
-Admit = Callable[["Pipeline", list[bytes], list[Any], list[Any]], tuple[int, int]]
-# (pipeline, chunk of admitted traces) -> None
-FoldChunk = Callable[["Pipeline", list[Any]], None]
+Admit = Callable[[Admitting, list[bytes], list[tuple[int, Rejection]], list[Delta]],
+                 tuple[int, int]]
 
 
 def _load(name: str) -> ModuleType | None:
@@ -52,9 +52,9 @@ ADMISSION = _load("_admission")
 COMPILED = FOLD is not None and ADMISSION is not None
 
 
-def admitter(compiled: bool) -> tuple[Admit, FoldChunk]:
-    """The admission loop and chunk fold a pipeline runs: compiled where built and asked
-    for, else the pure-Python references."""
+def admitter(compiled: bool) -> Admit:
+    """The admission loop a pipeline runs: compiled where built and asked for, else the
+    pure-Python reference."""
     if compiled and ADMISSION is not None:
-        return ADMISSION.admit, ADMISSION.fold_chunk
-    return admission.admit_python, admission.fold_chunk_python
+        return cast(Admit, ADMISSION.admit)
+    return admission.admit_python

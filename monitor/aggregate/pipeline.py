@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
+from monitor.aggregate.admission import Components
 from monitor.aggregate.compiled import FOLD, admitter
 from monitor.aggregate.dedupe import Seen
 from monitor.aggregate.fold import Exemplar, Folder
@@ -19,7 +20,7 @@ from monitor.aggregate.joins import Delta, Joiner, TraceRef
 from monitor.aggregate.layout import Layout, from_settings
 from monitor.aggregate.table import TOTAL, CellKey, Table
 from monitor.aggregate.windows import Windows
-from monitor.ingest.contract import Feedback, Label, Trace
+from monitor.ingest.contract import Feedback, Label
 from monitor.ingest.parse import Accepted, Rejection, parse
 from monitor.ingest.slices import Cap, Slicer, Slicing
 from monitor.settings import Settings
@@ -35,8 +36,6 @@ INPUT_COUNTERS: Final = (
     "read", "valid", "rejected", "duplicates", "late", "folded", "content_fields_dropped",
 )
 
-
-Components = tuple[str | None, ...]
 
 
 class Closed(NamedTuple):
@@ -81,7 +80,7 @@ class Pipeline:
         partition) so that every partition maps the same label values to `other`.
         `compiled=False` runs the pure-Python admission and fold (the references) even
         where the compiled ones are built."""
-        self._admit, self._fold_chunk = admitter(compiled)
+        self._admit = admitter(compiled)
         self.settings = settings
         self.layout: Layout = from_settings(settings)
         self.slicer = slicer or Slicer(settings.slice_dimensions, settings.slice_values_max,
@@ -123,7 +122,7 @@ class Pipeline:
         """Fold a batch of decision traces; return dead letters (rejected or late) by index.
 
         One pass per message does only what decides its fate (`monitor/aggregate/admission.py`); the
-        kept traces are folded a chunk at a time (`fold_chunk`)."""
+        kept traces are folded a chunk at a time."""
         dead: list[tuple[int, Rejection]] = []
         deltas: list[Delta] = []
         batch = raws if isinstance(raws, list) else list(raws)
@@ -137,12 +136,6 @@ class Pipeline:
         self._apply(deltas)
         self._expire()
         return dead
-
-    def fold_chunk(self, chunk: list[tuple[int, Trace, Slicing, Exemplar]]) -> None:
-        """Fold a chunk of kept traces (`(window start, trace, slicing, exemplar)`) into
-        their windows; note each window's version components, last trace per slicing
-        and OpenTelemetry exemplars (`monitor/aggregate/admission.py`)."""
-        self._fold_chunk(self, chunk)
 
     def feed_events(self, raws: Iterable[bytes], kind: str) -> list[tuple[int, Rejection]]:
         """Fold label (`kind="labels"`) or feedback (`"feedback"`) messages."""

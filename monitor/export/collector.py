@@ -14,22 +14,19 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector as _Collector
 from prometheus_client.samples import Exemplar
 
 from monitor.aggregate.derive import LABEL_RATES, ratio
 from monitor.aggregate.layout import CLAIM_KINDS, LABEL_COUNTS, Layout
 from monitor.aggregate.table import TOTAL, Cell, CellKey
+from monitor.export import catalog as c
 from monitor.export import health as status
+from monitor.export.catalog import METRICS
 from monitor.export.snapshot import ALL, Snapshot, snapshot_of
 from monitor.ingest.contract import DECISIONS
 
@@ -45,32 +42,6 @@ __all__ = [
     "serve",
     "snapshot_of",
 ]
-
-CELL_LABELS: Final = ("release", "dimension", "value")
-# Every metric family name ragmon exports (dashboards and alert rules use only these).
-METRICS: Final = (
-    "ragmon_traces_total", "ragmon_reasons_total", "ragmon_claims_total",
-    "ragmon_gate_leaks_total", "ragmon_requirements_total", "ragmon_requirement_coverage_total",
-    "ragmon_missing_requirements_total", "ragmon_checks_total", "ragmon_feedback_total",
-    "ragmon_label_outcomes_total", "ragmon_signal", "ragmon_latency_seconds",
-    "ragmon_request_cost", "ragmon_answer_coverage_ratio", "ragmon_abstention_ratio",
-    "ragmon_critical_claim_unsupported_ratio", "ragmon_requirement_coverage_ratio",
-    "ragmon_all_required_ratio", "ragmon_input_messages_total", "ragmon_rejected_total",
-    "ragmon_content_fields_dropped_total", "ragmon_label_events_total",
-    "ragmon_dlq_produced_total", "ragmon_last_event_timestamp_seconds",
-    "ragmon_watermark_lag_seconds", "ragmon_partitions_owned", "ragmon_batch_seconds_total",
-    "ragmon_batches_total", "ragmon_redelivered_skipped_total", "ragmon_checkpoints_total",
-    "ragmon_worker_errors_total", "ragmon_series", "ragmon_series_budget", "ragmon_series_dropped",
-    "ragmon_slice_values_overflowed_total",
-    "ragmon_drift_statistic", "ragmon_drift_threshold", "ragmon_drift_alarm",
-    "ragmon_drift_alarms_total", "ragmon_drift_distance", "ragmon_drift_insufficient_data",
-    "ragmon_reference_info", "ragmon_reference_traces", "ragmon_recalibration_required",
-    "ragmon_reference_signal_bucket_ratio", "ragmon_label_rate", "ragmon_label_rate_traces",
-    "ragmon_label_events_waiting", "ragmon_state_lost_total",
-    "ragmon_detection_windows_skipped_total", "ragmon_releases_owned",
-    "ragmon_state_record_bytes", "ragmon_state_max_bytes",
-)
-
 
 class Collector(_Collector):
     """Renders whatever snapshot `current` holds at scrape time.
@@ -114,9 +85,8 @@ def families(snap: Snapshot, budget: int) -> list[Metric]:
         dropped += left_out
         health.extend(drift)
     series = fams.series + sum(len(m.samples) for m in health) + 2
-    health.append(status.gauge("ragmon_series", "Series in this scrape.", [], [((), series)]))
-    health.append(status.gauge("ragmon_series_dropped",
-                               "Slice cells left out by the series budget.", [], [((), dropped)]))
+    health.append(c.SERIES.of([((), series)]))
+    health.append(c.SERIES_DROPPED.of([((), dropped)]))
     return fams.metrics() + health
 
 
@@ -129,60 +99,15 @@ class _Families:
         self.layout = layout
         self.exemplars = exemplars
         self.series = 0
-        c = CELL_LABELS
-        self.traces = CounterMetricFamily(
-            "ragmon_traces", "Decision traces folded, by decision.", labels=[*c, "decision"])
-        self.reasons = CounterMetricFamily(
-            "ragmon_reasons", "Traces by reason code (configured codes, else other).",
-            labels=[*c, "reason"])
-        self.claims = CounterMetricFamily(
-            "ragmon_claims", "Atomic claims by importance and verdict.",
-            labels=[*c, "importance", "verdict"])
-        self.leaks = CounterMetricFamily(
-            "ragmon_gate_leaks", "Answers holding a rendered critical claim that is not "
-            "supported (the gate promises zero).", labels=list(c))
-        self.requirements = CounterMetricFamily(
-            "ragmon_requirements", "Traces with requirements: all, complete (all covered), "
-            "critical_missed.", labels=[*c, "outcome"])
-        self.coverage_sum = CounterMetricFamily(
-            "ragmon_requirement_coverage", "Sum of per-trace requirement coverage; divided "
-            "by ragmon_requirements_total{outcome=\"all\"} it is the mean.", labels=list(c))
-        self.missing = CounterMetricFamily(
-            "ragmon_missing_requirements", "Required parts missing from answers, by id.",
-            labels=[*c, "requirement"])
-        self.checks = CounterMetricFamily(
-            "ragmon_checks", "Check outcomes: citation, verbatim_failure, self_check_<v>.",
-            labels=[*c, "check"])
-        self.feedback = CounterMetricFamily(
-            "ragmon_feedback", "User feedback joined to traces.", labels=[*c, "score"])
-        self.label_outcomes = CounterMetricFamily(
-            "ragmon_label_outcomes", "Label outcomes joined to traces (see README).",
-            labels=[*c, "outcome"])
-        self.signal = HistogramMetricFamily(
-            "ragmon_signal", "Distribution of gate signals.", labels=[*c, "signal"])
-        self.latency = HistogramMetricFamily(
-            "ragmon_latency_seconds", "Request latency reported in traces.", labels=list(c))
-        self.cost = HistogramMetricFamily(
-            "ragmon_request_cost", "Request cost reported in traces.", labels=list(c))
-        self.gauges = {
-            name: GaugeMetricFamily(f"ragmon_{name}_ratio", help_text, labels=list(c))
-            for name, help_text in (
-                ("answer_coverage", "(answer + partial) / traces, since start."),
-                ("abstention", "abstain / traces, since start."),
-                ("critical_claim_unsupported", "Traces with reason critical_claim_unsupported "
-                 "/ traces, since start."),
-                ("requirement_coverage", "Mean requirement coverage, since start."),
-                ("all_required", "Share of traces covering every requirement, since start."),
-            )
-        }
-        self.label_rate = GaugeMetricFamily(
-            "ragmon_label_rate", "Label-based rates of CONTRACT.md over labelled traces, since "
-            "start (rate: unsupported_answer_rate, false_abstention_rate, selective_accuracy, "
-            "unsupported_answering_on_unanswerable, correct_on_answerable).",
-            labels=[*c, "rate"])
-        self.label_rate_traces = GaugeMetricFamily(
-            "ragmon_label_rate_traces", "Labelled traces in the denominator of each "
-            "ragmon_label_rate.", labels=[*c, "rate"])
+        self.traces, self.reasons = c.TRACES.new(), c.REASONS.new()
+        self.claims, self.leaks = c.CLAIMS.new(), c.GATE_LEAKS.new()
+        self.requirements = c.REQUIREMENTS.new()
+        self.coverage_sum = c.REQUIREMENT_COVERAGE.new()
+        self.missing, self.checks = c.MISSING_REQUIREMENTS.new(), c.CHECKS.new()
+        self.feedback, self.label_outcomes = c.FEEDBACK.new(), c.LABEL_OUTCOMES.new()
+        self.signal, self.latency, self.cost = c.SIGNAL.new(), c.LATENCY.new(), c.COST.new()
+        self.gauges = {name: family.new() for name, family in c.RATIOS.items()}
+        self.label_rate, self.label_rate_traces = c.LABEL_RATE.new(), c.LABEL_RATE_TRACES.new()
 
     def cell_series(self, cell: Cell) -> int:
         """An upper bound of the series one cell adds (for the budget check)."""

@@ -6,7 +6,9 @@ only reads it (`export.families`), so scrapes never race the fold.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final, NamedTuple
 
@@ -15,9 +17,31 @@ from monitor.aggregate.pipeline import Counters, Pipeline
 from monitor.aggregate.table import Cell, CellKey, Table
 from monitor.detect.drift import DriftView
 
-__all__ = ["ALL", "Local", "Snapshot", "local_of", "snapshot_from", "snapshot_of"]
+__all__ = ["ALL", "Health", "Local", "Snapshot", "local_of", "snapshot_from", "snapshot_of"]
 
 ALL: Final = "all"  # dimension and value labels of a release's total
+
+
+@dataclass
+class Health:
+    """The worker's own health; `monitor/export/health.py` exports each field as one
+    ragmon_* metric. The worker updates its own; a snapshot holds a copy."""
+
+    dlq_produced: int = 0         # dead letters produced
+    batch_seconds: float = 0.0    # time spent folding batches
+    batches: int = 0
+    errors: int = 0               # batches that failed and were dead-lettered whole
+    replayed_skipped: int = 0     # redelivered offsets a checkpoint already held
+    checkpoints: int = 0          # partition checkpoints written
+    state_lost: int = 0           # partitions whose checkpoint was gone or behind
+    state_record_bytes: int = 0   # largest state record of the last batch
+    state_max_bytes: int = 0      # the setting
+    partitions: int = 0           # partitions owned
+    windows_skipped: int = 0      # closed windows drift detection never saw
+    releases_owned: int = 0       # releases this worker exports
+    watermark_lag: float = 0.0    # wall clock minus the newest event time
+    watermark: float = 0.0        # the newest event time (from the pipelines)
+    overflowed: int = 0           # label values mapped to other by caps (from the pipelines)
 
 
 class Snapshot(NamedTuple):
@@ -28,7 +52,7 @@ class Snapshot(NamedTuple):
     input: dict[str, int]
     rejected: dict[str, int]
     events: dict[str, dict[str, int]]
-    health: dict[str, float]
+    health: Health
     drift: DriftView | None = None
     # (cell, decision) -> (otel trace id, event time, top_score) of a recent trace
     exemplars: Mapping[tuple[CellKey, str], tuple[str, float, float | None]] = \
@@ -55,7 +79,7 @@ def local_of(pipelines: Sequence[Pipeline]) -> Local:
     return Local(watermark, overflowed, _cell_exemplars(pipelines))
 
 
-def snapshot_of(pipelines: Sequence[Pipeline], health: dict[str, float],
+def snapshot_of(pipelines: Sequence[Pipeline], health: Health,
                 drift: DriftView | None = None, cells: Table | None = None,
                 counters: Counters | None = None) -> Snapshot:
     """Everything the pipelines folded (closed and open windows), as one immutable value;
@@ -72,10 +96,11 @@ def snapshot_of(pipelines: Sequence[Pipeline], health: dict[str, float],
                          counters)
 
 
-def snapshot_from(layout: Layout, local: Local, health: dict[str, float],
+def snapshot_from(layout: Layout, local: Local, health: Health,
                   drift: DriftView | None, cells: Table, counters: Counters) -> Snapshot:
     """A snapshot of merged `cells` and `counters` and of what `local` took."""
-    health = {**health, "watermark": local.watermark, "overflowed": local.overflowed}
+    health = dataclasses.replace(health, watermark=local.watermark,
+                                 overflowed=local.overflowed)
     return Snapshot(layout, cells.cells(), counters.input, counters.rejected, counters.events,
                     health, drift, local.exemplars)
 

@@ -41,7 +41,7 @@ from monitor.aggregate.layout import from_settings
 from monitor.detect.drift import Drift, DriftConfig, DriftView
 from monitor.detect.watch import Watch, to_record
 from monitor.export.collector import Collector
-from monitor.export.snapshot import Local, snapshot_from
+from monitor.export.snapshot import Health, Local, snapshot_from
 from monitor.ingest.parse import Rejection
 from monitor.settings import Settings
 from monitor.worker import telemetry, topics, upkeep
@@ -64,10 +64,7 @@ class Worker:
         self.app = app
         self._folding = asyncio.Lock()
         self.collector = Collector(settings.series_budget)
-        self.health: dict[str, float] = {"dlq_produced": 0, "batch_seconds": 0.0, "batches": 0,
-                                         "errors": 0, "replayed_skipped": 0, "checkpoints": 0,
-                                         "state_lost": 0, "state_record_bytes": 0,
-                                         "state_max_bytes": settings.state_max_bytes}
+        self.health = Health(state_max_bytes=settings.state_max_bytes)
         self.dlq = app.topic(settings.topic_dlq, value_serializer="raw", key_serializer="raw")
         self.partitions = Partitions(
             settings, app.topic(settings.topic_state, value_serializer="raw", key_serializer="raw"),
@@ -120,13 +117,13 @@ class Worker:
             for found in folded:
                 events_of = by_partition[found.partition]
                 if any(rejection.reason == "worker_error" for _, rejection in found.dead):
-                    self.health["errors"] += 1  # the states process printed the traceback
+                    self.health.errors += 1  # the states process printed the traceback
                 for index, rejection in found.dead:
                     await self._dead_letter(events_of[index], rejection)
             if folded:
                 await self._retrying(partial(self.partitions.checkpoint, folded), "checkpoints")
-        self.health["batch_seconds"] += time.perf_counter() - started
-        self.health["batches"] += 1
+        self.health.batch_seconds += time.perf_counter() - started
+        self.health.batches += 1
         self.last_progress = time.monotonic()
 
     def owns(self, release: str) -> bool:
@@ -160,7 +157,7 @@ class Worker:
                 self.drift_view = self.drift.view(self.owns)
         except Exception:  # detection must never stop the fold
             log.exception("drift detection failed")
-            self.health["errors"] += 1
+            self.health.errors += 1
             return
         self._calibrate_soon()
         for item in raised:
@@ -185,7 +182,7 @@ class Worker:
                 await asyncio.to_thread(self.drift.calibrate)
             except Exception:
                 log.exception("threshold calibration failed")
-                self.health["errors"] += 1
+                self.health.errors += 1
                 return
             self.drift_view = self.drift.view(self.owns)
             log.info("thresholds calibrated for %d streams in %.1f s",
@@ -217,7 +214,7 @@ class Worker:
             try:
                 return await attempt()
             except Exception:
-                self.health["errors"] += 1
+                self.health.errors += 1
                 log.exception("%s failed; retrying in %.1f s", what, delay)
                 await asyncio.sleep(delay)
                 delay = min(2 * delay, 30.0)
@@ -232,18 +229,18 @@ class Worker:
             "ragmon.source.offset": str(message.offset).encode(),
         }
         await self.dlq.send(key=message.key, value=rejection.payload, headers=headers)
-        self.health["dlq_produced"] += 1
+        self.health.dlq_produced += 1
 
     def refresh(self) -> None:
         """Swap in a new snapshot for the scrapes: the owned releases' merged cells, and
         this worker's own input counters and health."""
-        self.health["partitions"] = len(self.owned)
-        self.health["windows_skipped"] = self.merger.skipped
+        self.health.partitions = len(self.owned)
+        self.health.windows_skipped = self.merger.skipped
         cells = self.merger.table().only(self.owns)
-        self.health["releases_owned"] = len({key[0] for key in cells})
+        self.health.releases_owned = len({key[0] for key in cells})
         local = self.partitions.local or Local(0.0, 0, {})
         watermark = local.watermark
-        self.health["watermark_lag"] = max(time.time() - watermark, 0.0) if watermark > 0 else 0
+        self.health.watermark_lag = max(time.time() - watermark, 0.0) if watermark > 0 else 0
         with self.tracer.start_as_current_span("ragmon.export"):
             counters = self.merger.counters(self.partitions.state_key(p) for p in self.owned)
             self.collector.current = snapshot_from(self.drift.layout, local, self.health,
@@ -278,7 +275,7 @@ def build(settings: Settings) -> Worker:
         try:
             await worker.stage_two()
         except Exception:  # the broker may be away; the next round retries
-            worker.health["errors"] += 1
+            worker.health.errors += 1
             log.exception("merging partitions failed")
 
     @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
@@ -295,7 +292,7 @@ def build(settings: Settings) -> Worker:
         try:
             await upkeep.check_topics(worker)
         except Exception as exc:  # a layout that cannot be repaired, or the broker away
-            worker.health["errors"] += 1
+            worker.health.errors += 1
             log.error("topic check: %s", exc)
 
     @app.timer(interval=memory.TRIM_SECONDS)  # type: ignore[untyped-decorator]

@@ -8,7 +8,9 @@ sends back what it returns: dead letters, de-duplication segments, checkpoints a
 tombstones. The child holds no broker connection: restores are read by the Faust
 process and handed in as bytes.
 
-`States` is the plain-value part (no I/O): tests and the child use the same class.
+`States` is the plain-value part (no I/O): tests and the child use the same class. The
+requests are typed (`Restore`, `FoldGroups`, `Forget`, `ReadLocal`: one per method of
+`States`), and `monitor/worker/partitions.py` has one client method per request.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import socket
 import struct
 import time
 import traceback
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from monitor import memory
@@ -30,10 +31,24 @@ from monitor.ingest.parse import Rejection, unparsed_payload
 from monitor.ingest.slices import Cap, Slicer
 from monitor.settings import Settings
 
-__all__ = ["FRAME_LENGTH", "Folded", "Group", "PartitionState", "States", "frame", "read_frame",
-           "serve"]
+__all__ = [
+    "MESSAGE_LENGTH",
+    "FoldGroups",
+    "Folded",
+    "Forget",
+    "Group",
+    "PartitionState",
+    "ReadLocal",
+    "Request",
+    "Restore",
+    "States",
+    "answer",
+    "pack_message",
+    "read_message",
+    "serve",
+]
 
-FRAME_LENGTH = struct.Struct(">Q")
+MESSAGE_LENGTH = struct.Struct(">Q")
 
 
 class PartitionState:
@@ -67,6 +82,34 @@ class Folded(NamedTuple):
     state: bytes                        # the checkpoint
     expired: list[int]                  # `upto` of segments past the horizon
     offsets: dict[str, int]             # applied, after this batch
+
+
+class Restore(NamedTuple):
+    """Hold `partition` from its checkpoint and segments -> (applied offsets, trace ids)."""
+
+    partition: int
+    blob: bytes | None
+    segments: list[bytes]
+
+
+class FoldGroups(NamedTuple):
+    """Fold a batch's groups -> (folded, partitions not held, offsets skipped)."""
+
+    kind: str
+    groups: list[Group]
+
+
+class Forget(NamedTuple):
+    """Drop the states of partitions no longer owned -> None."""
+
+    partitions: list[int]
+
+
+class ReadLocal(NamedTuple):
+    """What the scrapes need of the pipelines held -> `Local`."""
+
+
+Request = Restore | FoldGroups | Forget | ReadLocal
 
 
 class States:
@@ -157,30 +200,41 @@ def _fold(pipeline: Pipeline, raws: list[bytes], kind: str) -> list[tuple[int, R
                 for i, raw in enumerate(raws)]
 
 
+def answer(states: States, request: Request) -> Any:
+    """What `states` answers to `request` (its reply's value)."""
+    match request:
+        case Restore(partition, blob, segments):
+            return states.restore(partition, blob, segments)
+        case FoldGroups(kind, groups):
+            return states.fold(kind, groups)
+        case Forget(partitions):
+            return states.forget(partitions)
+        case ReadLocal():
+            return states.local()
+    raise TypeError(f"not a request of the states process: {request!r}")
+
+
 def serve(sock: socket.socket, settings: Settings) -> None:
-    """The child process: answer `(verb, args)` requests on `sock` with `(True, result)`
-    or `(False, traceback)` until the Faust process goes away (end of file on `sock`: a
+    """The child process: answer requests (`Request`) on `sock` with `(True, value)` or
+    `(False, traceback)` until the Faust process goes away (end of file on `sock`: a
     kill -9 of the worker takes its states with it, and the next owner restores).
 
-    Frames are an 8-byte big-endian length and a pickle (`frame`, `read_frame`)."""
+    Messages are an 8-byte big-endian length and a pickle (`pack_message`,
+    `read_message`)."""
     # A long fold over state without reference cycles: fewer collections (as replay).
     gc.collect()
     gc.freeze()
     gc.set_threshold(100_000, 50, 100)
     trimmed = time.monotonic()
     states = States(settings)
-    verbs: dict[str, Callable[..., Any]] = {
-        "restore": states.restore, "fold": states.fold, "forget": states.forget,
-        "local": states.local}
     with sock:
-        while (request := read_frame(sock)) is not None:
-            verb, args = pickle.loads(request)
+        while (request := read_message(sock)) is not None:
             try:
-                reply: tuple[bool, Any] = (True, verbs[verb](*args))
+                reply: tuple[bool, Any] = (True, answer(states, pickle.loads(request)))
             except Exception:
                 reply = (False, traceback.format_exc())
             try:
-                for part in frame(reply):
+                for part in pack_message(reply):
                     sock.sendall(part)
             except OSError:
                 return
@@ -189,16 +243,16 @@ def serve(sock: socket.socket, settings: Settings) -> None:
                 trimmed = time.monotonic()
 
 
-def frame(value: Any) -> list[bytes]:
-    """`value` as a frame: its length, then its pickle."""
+def pack_message(value: Any) -> list[bytes]:
+    """`value` as a message: its length, then its pickle."""
     data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    return [FRAME_LENGTH.pack(len(data)), data]
+    return [MESSAGE_LENGTH.pack(len(data)), data]
 
 
-def read_frame(sock: socket.socket) -> bytearray | None:
-    """The next frame's pickle from a blocking socket (`None` at end of file)."""
-    header = _read(sock, FRAME_LENGTH.size)
-    return None if header is None else _read(sock, FRAME_LENGTH.unpack(header)[0])
+def read_message(sock: socket.socket) -> bytearray | None:
+    """The next message's pickle from a blocking socket (`None` at end of file)."""
+    header = _read(sock, MESSAGE_LENGTH.size)
+    return None if header is None else _read(sock, MESSAGE_LENGTH.unpack(header)[0])
 
 
 def _read(sock: socket.socket, size: int) -> bytearray | None:

@@ -22,13 +22,13 @@ import pickle
 import socket
 import time
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, cast
 
-from monitor.export.snapshot import Local
+from monitor.export.snapshot import Health, Local
 from monitor.settings import Settings
 from monitor.worker import child as states
 from monitor.worker import topics
-from monitor.worker.child import Folded, Group
+from monitor.worker.child import Folded, FoldGroups, Forget, Group, ReadLocal, Request, Restore
 
 __all__ = ["Folded", "Group", "Partitions"]
 
@@ -40,7 +40,7 @@ class Partitions:
     checkpoints, segments and restores."""
 
     def __init__(self, settings: Settings, state_topic: Any, seen_topic: Any,
-                 health: dict[str, float]) -> None:
+                 health: Health) -> None:
         self.settings = settings
         self.state_topic = state_topic
         self.seen_topic = seen_topic
@@ -70,9 +70,9 @@ class Partitions:
         checkpoint is then what the old state would have written."""
         folded: list[Folded] = []
         while groups:
-            done, missing, skipped = await self._child.call("fold", kind, groups)
+            done, missing, skipped = await self._child.fold(kind, groups)
             folded += done
-            self.health["replayed_skipped"] += skipped
+            self.health.replayed_skipped += skipped
             for partition in missing:
                 self.offsets.pop(partition, None)
                 await self.recover(partition)
@@ -82,7 +82,7 @@ class Partitions:
         return folded
 
     async def refresh_local(self) -> None:
-        self.local = await self._child.call("local")
+        self.local = await self._child.local()
 
     async def checkpoint(self, folded: list[Folded]) -> None:
         """For each partition a batch touched: its first sightings (so that a restart keeps
@@ -103,7 +103,7 @@ class Partitions:
             for f in folded]
         await asyncio.gather(*deliveries)
         for f in folded:
-            self.health["checkpoints"] += 1
+            self.health.checkpoints += 1
             self.applied_here[f.partition] = f.offsets.get(self.settings.topic_decisions, -1)
             for upto in f.expired:  # compaction then drops them
                 await self.seen_topic.send(key=self.seen_key(f.partition, upto), value=None,
@@ -114,7 +114,7 @@ class Partitions:
             return
         size, partition = max((max(len(f.state), len(f.segment or b"")), f.partition)
                               for f in folded)
-        self.health["state_record_bytes"] = size
+        self.health.state_record_bytes = size
         if size > self.settings.state_max_bytes:
             log.critical("partition %d: a state record of %d bytes is over state_max_bytes "
                          "(%d): raise RAGMON_STATE_MAX_BYTES and the max.message.bytes of "
@@ -140,8 +140,8 @@ class Partitions:
             topics.read_topic(settings, settings.topic_seen, partition,
                               lambda k: k.startswith(key + b":seen:")))
         blob = heads.get(key)
-        offsets, seen = await self._child.call("restore", partition, blob,
-                                               list(segments_read.values()))
+        offsets, seen = await self._child.restore(partition, blob,
+                                                  list(segments_read.values()))
         log.info("partition %d: state %s, offsets %s, %d trace ids restored", partition,
                  "restored" if blob else "new", offsets, seen)
         applied = self.applied_here.get(partition, -1)
@@ -149,7 +149,7 @@ class Partitions:
             # The checkpoint is gone or behind what this process wrote: the broker lost
             # its log (an in-memory broker restarted). Its offsets start again too, so
             # counting starts again rather than skipping new traces.
-            self.health["state_lost"] += 1
+            self.health.state_lost += 1
             log.warning("partition %d: checkpoint offsets %s are behind offset %d applied "
                         "here: the broker lost its log; counting restarts", partition,
                         offsets, applied)
@@ -159,11 +159,12 @@ class Partitions:
         """Drop states of partitions this worker no longer owns (the new owner restores)."""
         for partition in partitions:
             self.offsets.pop(partition, None)
-        await self._child.call("forget", sorted(partitions))
+        await self._child.forget(sorted(partitions))
 
 
 class _Child:
-    """The process holding the partition states (`states.serve`), one request at a time.
+    """The process holding the partition states (`states.serve`), one request at a time,
+    one method per request (`monitor.worker.child.Request`).
 
     Started with `spawn` (a fork would copy the Faust process's threads and event
     loop). Requests and replies are frames on a socket pair read by the event loop
@@ -183,17 +184,32 @@ class _Child:
         self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self._lock = asyncio.Lock()
 
-    async def call(self, verb: str, *args: Any) -> Any:
+    async def restore(self, partition: int, blob: bytes | None,
+                      segments: list[bytes]) -> tuple[dict[str, int], int]:
+        return cast(tuple[dict[str, int], int],
+                    await self._call(Restore(partition, blob, segments)))
+
+    async def fold(self, kind: str, groups: list[Group]) -> tuple[list[Folded], list[int], int]:
+        return cast(tuple[list[Folded], list[int], int],
+                    await self._call(FoldGroups(kind, groups)))
+
+    async def forget(self, partitions: list[int]) -> None:
+        await self._call(Forget(partitions))
+
+    async def local(self) -> Local:
+        return cast(Local, await self._call(ReadLocal()))
+
+    async def _call(self, request: Request) -> Any:
         async with self._lock:
             try:
-                ok, value = pickle.loads(await self._roundtrip(states.frame((verb, args))))
+                ok, value = pickle.loads(await self._roundtrip(states.pack_message(request)))
             except (OSError, EOFError, asyncio.IncompleteReadError):
                 log.critical("the states process (pid %s) died (exit code %s): exiting, so "
                              "that a restart restores the partitions from their checkpoints",
                              self.process.pid, self.process.exitcode)
                 os._exit(70)
         if not ok:
-            raise RuntimeError(f"states process, {verb}: {value}")
+            raise RuntimeError(f"states process, {type(request).__name__}: {value}")
         return value
 
     async def _roundtrip(self, request: list[bytes]) -> bytes:
@@ -202,6 +218,6 @@ class _Child:
         reader, writer = self._streams
         writer.writelines(request)
         await writer.drain()
-        (size,) = states.FRAME_LENGTH.unpack(
-            await reader.readexactly(states.FRAME_LENGTH.size))
+        (size,) = states.MESSAGE_LENGTH.unpack(
+            await reader.readexactly(states.MESSAGE_LENGTH.size))
         return await reader.readexactly(size)

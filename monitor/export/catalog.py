@@ -1,0 +1,209 @@
+"""Every metric family ragmon exports, declared once: name, type, help and labels.
+
+The collector (`collector.py`) and the health and drift families (`health.py`) build
+their families from these declarations; `METRICS` (the names as exposed, counters with
+`_total`) is what the dashboards and alert rules may use (tests/test_dashboards.py,
+tests/test_alerts.py), and tests/test_export.py checks a scrape exposes exactly these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Final, Literal, NamedTuple
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+__all__ = ["CELL_LABELS", "FAMILIES", "METRICS", "STREAM_LABELS", "Family"]
+
+CELL_LABELS: Final = ("release", "dimension", "value")
+STREAM_LABELS: Final = ("release", "dimension", "value", "signal", "direction")
+_KINDS: Final = {"counter": CounterMetricFamily, "gauge": GaugeMetricFamily,
+                 "histogram": HistogramMetricFamily}
+
+
+class Family(NamedTuple):
+    """One metric family's declaration."""
+
+    name: str  # without `_total`: prometheus_client adds it to counters
+    kind: Literal["counter", "gauge", "histogram"]
+    help: str
+    labels: tuple[str, ...] = ()
+
+    @property
+    def exposed(self) -> str:
+        return f"{self.name}_total" if self.kind == "counter" else self.name
+
+    def new(self) -> Any:
+        """An empty prometheus_client family (add samples with `add_metric`)."""
+        return _KINDS[self.kind](self.name, self.help, labels=list(self.labels))
+
+    def of(self, samples: Iterable[tuple[tuple[str, ...], float]]) -> Metric:
+        """The family holding `samples` (label values, value)."""
+        family = self.new()
+        for values, value in samples:
+            family.add_metric(list(values), value)
+        return family  # type: ignore[no-any-return]
+
+
+def _cell(name: str, kind: Literal["counter", "gauge", "histogram"], help_text: str,
+          *more: str) -> Family:
+    return Family(name, kind, help_text, (*CELL_LABELS, *more))
+
+
+# Per cell (a release's total, or one slice value of it).
+TRACES: Final = _cell("ragmon_traces", "counter", "Decision traces folded, by decision.",
+                      "decision")
+REASONS: Final = _cell("ragmon_reasons", "counter",
+                       "Traces by reason code (configured codes, else other).", "reason")
+CLAIMS: Final = _cell("ragmon_claims", "counter", "Atomic claims by importance and verdict.",
+                      "importance", "verdict")
+GATE_LEAKS: Final = _cell("ragmon_gate_leaks", "counter", "Answers holding a rendered "
+                          "critical claim that is not supported (the gate promises zero).")
+REQUIREMENTS: Final = _cell("ragmon_requirements", "counter", "Traces with requirements: all, "
+                            "complete (all covered), critical_missed.", "outcome")
+REQUIREMENT_COVERAGE: Final = _cell(
+    "ragmon_requirement_coverage", "counter", "Sum of per-trace requirement coverage; "
+    "divided by ragmon_requirements_total{outcome=\"all\"} it is the mean.")
+MISSING_REQUIREMENTS: Final = _cell("ragmon_missing_requirements", "counter",
+                                    "Required parts missing from answers, by id.",
+                                    "requirement")
+CHECKS: Final = _cell("ragmon_checks", "counter",
+                      "Check outcomes: citation, verbatim_failure, self_check_<v>.", "check")
+FEEDBACK: Final = _cell("ragmon_feedback", "counter", "User feedback joined to traces.",
+                        "score")
+LABEL_OUTCOMES: Final = _cell("ragmon_label_outcomes", "counter",
+                              "Label outcomes joined to traces (see README).", "outcome")
+SIGNAL: Final = _cell("ragmon_signal", "histogram", "Distribution of gate signals.", "signal")
+LATENCY: Final = _cell("ragmon_latency_seconds", "histogram",
+                       "Request latency reported in traces.")
+COST: Final = _cell("ragmon_request_cost", "histogram", "Request cost reported in traces.")
+RATIOS: Final = {  # by the derived quantity's name (CONTRACT.md)
+    name: _cell(f"ragmon_{name}_ratio", "gauge", help_text)
+    for name, help_text in (
+        ("answer_coverage", "(answer + partial) / traces, since start."),
+        ("abstention", "abstain / traces, since start."),
+        ("critical_claim_unsupported", "Traces with reason critical_claim_unsupported "
+         "/ traces, since start."),
+        ("requirement_coverage", "Mean requirement coverage, since start."),
+        ("all_required", "Share of traces covering every requirement, since start."),
+    )
+}
+LABEL_RATE: Final = _cell(
+    "ragmon_label_rate", "gauge", "Label-based rates of CONTRACT.md over labelled traces, "
+    "since start (rate: unsupported_answer_rate, false_abstention_rate, selective_accuracy, "
+    "unsupported_answering_on_unanswerable, correct_on_answerable).", "rate")
+LABEL_RATE_TRACES: Final = _cell("ragmon_label_rate_traces", "gauge", "Labelled traces in the "
+                                 "denominator of each ragmon_label_rate.", "rate")
+
+# The monitor's own health.
+INPUT_MESSAGES: Final = Family("ragmon_input_messages", "counter",
+                               "Decision messages by outcome.", ("outcome",))
+REJECTED: Final = Family("ragmon_rejected", "counter", "Rejected decision messages by reason.",
+                         ("reason",))
+CONTENT_FIELDS_DROPPED: Final = Family("ragmon_content_fields_dropped", "counter",
+                                       "Content fields dropped at ingest.")
+LABEL_EVENTS: Final = Family("ragmon_label_events", "counter",
+                             "Label and feedback events by kind and outcome.",
+                             ("kind", "outcome"))
+LABEL_EVENTS_WAITING: Final = Family(
+    "ragmon_label_events_waiting", "gauge", "Label and feedback events waiting for their "
+    "trace (they expire after pending_retention_seconds, counted as expired).", ("kind",))
+DLQ_PRODUCED: Final = Family("ragmon_dlq_produced", "counter", "Dead letters produced.")
+LAST_EVENT: Final = Family("ragmon_last_event_timestamp_seconds", "gauge",
+                           "Event time of the newest trace.")
+WATERMARK_LAG: Final = Family("ragmon_watermark_lag_seconds", "gauge",
+                              "Wall clock minus the newest event time.")
+PARTITIONS_OWNED: Final = Family("ragmon_partitions_owned", "gauge",
+                                 "Partitions of the decisions topic this worker owns.")
+BATCH_SECONDS: Final = Family("ragmon_batch_seconds", "counter", "Time spent folding batches.")
+BATCHES: Final = Family("ragmon_batches", "counter", "Batches folded.")
+REDELIVERED_SKIPPED: Final = Family(
+    "ragmon_redelivered_skipped", "counter", "Messages skipped because their partition's "
+    "checkpoint already holds their offset (redelivery after a crash or rebalance; a surge "
+    "without one means offsets went backwards).")
+CHECKPOINTS: Final = Family("ragmon_checkpoints", "counter", "Partition checkpoints written.")
+STATE_RECORD_BYTES: Final = Family(
+    "ragmon_state_record_bytes", "gauge", "Largest checkpoint or de-duplication segment of "
+    "the last batch written (the worker exits when one is over ragmon_state_max_bytes).")
+STATE_MAX_BYTES: Final = Family("ragmon_state_max_bytes", "gauge",
+                                "The configured ceiling of a state record (state_max_bytes).")
+STATE_LOST: Final = Family(
+    "ragmon_state_lost", "counter", "Partitions whose checkpoint was gone or behind the "
+    "offsets this worker had applied (the broker lost its log, e.g. an in-memory broker "
+    "restarted): their counts start again.")
+WINDOWS_SKIPPED: Final = Family(
+    "ragmon_detection_windows_skipped", "counter", "Closed windows of some partition that "
+    "drift detection never saw: more closed between two reads of the checkpoints than a "
+    "checkpoint carries (a fast backlog of old traffic).")
+RELEASES_OWNED: Final = Family(
+    "ragmon_releases_owned", "gauge", "Releases whose cells and drift state this worker "
+    "exports (each release has one owner among the workers).")
+WORKER_ERRORS: Final = Family("ragmon_worker_errors", "counter",
+                              "Batches that failed and were dead-lettered whole.")
+SERIES_BUDGET: Final = Family("ragmon_series_budget", "gauge",
+                              "The configured ceiling of exported series.")
+SLICE_VALUES_OVERFLOWED: Final = Family("ragmon_slice_values_overflowed", "counter",
+                                        "Label values mapped to other by caps.")
+SERIES: Final = Family("ragmon_series", "gauge", "Series in this scrape.")
+SERIES_DROPPED: Final = Family("ragmon_series_dropped", "gauge",
+                               "Slice cells left out by the series budget.")
+
+# Drift, per stream (a signal and direction of a cell) and per release.
+DRIFT_STATISTIC: Final = Family("ragmon_drift_statistic", "gauge",
+                                "GLR statistic of a drift stream (nats).", STREAM_LABELS)
+DRIFT_THRESHOLD: Final = Family("ragmon_drift_threshold", "gauge", "Alarm threshold of the "
+                                "stream, from its false-alarm budget.", STREAM_LABELS)
+DRIFT_ALARM: Final = Family("ragmon_drift_alarm", "gauge", "1 while the stream is in alarm "
+                            "(latched until it has been quiet for alarm_hold_windows "
+                            "windows).", STREAM_LABELS)
+DRIFT_INSUFFICIENT: Final = Family("ragmon_drift_insufficient_data", "gauge", "1 when the "
+                                   "stream cannot be judged (no usable reference, or "
+                                   "recalibration required).", STREAM_LABELS)
+DRIFT_ALARMS: Final = Family("ragmon_drift_alarms", "counter", "Alarms raised per stream (one "
+                             "per change); the exemplar is a trace of the window that raised "
+                             "the latest.", STREAM_LABELS)
+DRIFT_DISTANCE: Final = Family(
+    "ragmon_drift_distance", "gauge", "Latest window vs reference distribution of a signal "
+    "(explanation, not the alarm): ks, psi, wasserstein.",
+    ("release", "dimension", "value", "signal", "measure"))
+REFERENCE_TRACES: Final = Family(
+    "ragmon_reference_traces", "gauge", "Traces in a release's reference (it grows after the "
+    "freeze with alarm-free traffic, up to reference_max_traces).", ("release",))
+RECALIBRATION_REQUIRED: Final = Family(
+    "ragmon_recalibration_required", "gauge", "1 when a release has no reference yet or a "
+    "version component changed since it was frozen: drift is not judged until a new freeze.",
+    ("release",))
+REFERENCE_BUCKETS: Final = Family(
+    "ragmon_reference_signal_bucket_ratio", "gauge", "Cumulative share of a release's "
+    "reference traces with the signal <= bound (the reference's distribution, beside the "
+    "live histogram's le buckets; not named le: only histograms may carry that label).",
+    ("release", "signal", "bound"))
+
+
+def reference_info(component_names: Iterable[str]) -> Family:
+    """`ragmon_reference_info`: its labels are the release and its version components."""
+    return Family("ragmon_reference_info", "gauge", "The frozen reference of a release "
+                  "(value 1; its version components as labels).",
+                  ("release", *component_names))
+
+
+FAMILIES: Final = (
+    TRACES, REASONS, CLAIMS, GATE_LEAKS, REQUIREMENTS, REQUIREMENT_COVERAGE,
+    MISSING_REQUIREMENTS, CHECKS, FEEDBACK, LABEL_OUTCOMES, SIGNAL, LATENCY, COST,
+    *RATIOS.values(), LABEL_RATE, LABEL_RATE_TRACES,
+    INPUT_MESSAGES, REJECTED, CONTENT_FIELDS_DROPPED, LABEL_EVENTS, LABEL_EVENTS_WAITING,
+    DLQ_PRODUCED, LAST_EVENT, WATERMARK_LAG, PARTITIONS_OWNED, BATCH_SECONDS, BATCHES,
+    REDELIVERED_SKIPPED, CHECKPOINTS, STATE_RECORD_BYTES, STATE_MAX_BYTES, STATE_LOST,
+    WINDOWS_SKIPPED, RELEASES_OWNED, WORKER_ERRORS, SERIES_BUDGET, SLICE_VALUES_OVERFLOWED,
+    SERIES, SERIES_DROPPED,
+    DRIFT_STATISTIC, DRIFT_THRESHOLD, DRIFT_ALARM, DRIFT_INSUFFICIENT, DRIFT_ALARMS,
+    DRIFT_DISTANCE, reference_info(()), REFERENCE_TRACES, RECALIBRATION_REQUIRED,
+    REFERENCE_BUCKETS,
+)
+# Every metric family name ragmon exports (dashboards and alert rules use only these).
+METRICS: Final = tuple(family.exposed for family in FAMILIES)
