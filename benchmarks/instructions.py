@@ -35,9 +35,9 @@ def run_stage(stage: str, n: int) -> None:
 
     from monitor.aggregate.fold import Folder
     from monitor.aggregate.pipeline import Pipeline
-    from monitor.cli import tune_gc
     from monitor.ingest.contract import Event
     from monitor.ingest.parse import parse
+    from monitor.memory import tune_gc
     from monitor.settings import load
 
     lines = []

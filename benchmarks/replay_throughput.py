@@ -37,9 +37,9 @@ import orjson
 
 from monitor.aggregate.compiled import COMPILED
 from monitor.aggregate.pipeline import Pipeline
-from monitor.cli import tune_gc
 from monitor.ingest.contract import Event
 from monitor.ingest.parse import parse
+from monitor.memory import tune_gc
 from monitor.settings import load
 from monitor.simulate import Simulator
 

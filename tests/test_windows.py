@@ -49,3 +49,18 @@ def test_closing_windows_moves_counts_to_totals():
     closed = p.close_ready()
     assert len(closed) == 1 and len(p.windows.open) == 1
     assert int(p.totals.counts[0, p.layout.counts["traces"]]) == 1
+
+
+def test_windows_close_past_the_lateness_oldest_first():
+    from monitor.aggregate.layout import from_settings
+    from monitor.aggregate.windows import Windows
+
+    windows = Windows(from_settings(load()), window_seconds=60, lateness_seconds=30)
+    for start in (120, 0, 60):
+        windows.table(start)
+    assert windows.table(60) is windows.table(60)  # one table per window
+    windows.watermark = 149.0  # horizon 119: [0, 60) closes, [60, 120) ends too late
+    assert [start for start, _ in windows.close_ready()] == [0]
+    windows.watermark = 150.0  # horizon 120: [60, 120) closes
+    assert [start for start, _ in windows.close_ready()] == [60]
+    assert [start for start, _ in windows.close_all()] == [120] and windows.open == {}

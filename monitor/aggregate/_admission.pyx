@@ -7,7 +7,7 @@ cache lookups in C, and checked by `rules.problem` (the one home of the acceptan
 rules); any other message, or one with a problem, goes to `ingest.parse`, which decides
 its fate exactly as in the reference. A slicing not yet in the slicer's cache is
 computed by `Slicer.keys`, label joins by `Joiner.on_trace`. `fold_chunk` is
-`admission.fold_chunk_python` in C. tests/test_admit.py checks a compiled and a
+`admission.fold_chunk_python` in C. tests/test_admission.py checks a compiled and a
 pure-Python pipeline end in the same state.
 """
 

@@ -10,7 +10,7 @@ back into the pipeline.
 
 Both are compiled (`monitor/aggregate/_admission.pyx`, built by `pip install`) where
 there is a C compiler; `admit_python` and `fold_chunk_python` are the reference, and
-monitor/aggregate/compiled.py chooses between them once. tests/test_admit.py checks both
+monitor/aggregate/compiled.py chooses between them once. tests/test_admission.py checks both
 leave a pipeline in the same state. The compiled
 admission runs the common case (a clean decision, first seen, in time, slicing cached)
 in C and hands everything else to the same Python code as here (`ingest.parse`,
@@ -26,7 +26,7 @@ from monitor.aggregate.dedupe import Seen
 from monitor.aggregate.joins import Delta, Joiner, TraceRef
 from monitor.aggregate.table import CellKey
 from monitor.aggregate.windows import Windows
-from monitor.ingest.contract import System, Trace, to_json
+from monitor.ingest.contract import Components, System, Trace, to_json
 from monitor.ingest.parse import Rejection, parse
 from monitor.ingest.slices import Slicer, Slicing
 from monitor.settings import Settings
@@ -43,7 +43,6 @@ __all__ = ["CHUNK_TRACES", "COMPONENTS_MAX", "Admitting", "Kept", "admit_python"
 CHUNK_TRACES: Final = 64
 COMPONENTS_MAX: Final = 64  # distinct version tuples remembered per release and window
 
-Components = tuple[str | None, ...]
 # A kept trace on its way to the fold: (window start, trace, slicing, exemplar).
 Kept: TypeAlias = "tuple[int, Trace, Slicing, Exemplar]"
 

@@ -12,7 +12,6 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
-from monitor.aggregate.admission import Components
 from monitor.aggregate.compiled import FOLD, admitter
 from monitor.aggregate.dedupe import Seen
 from monitor.aggregate.fold import Exemplar, Folder
@@ -20,7 +19,7 @@ from monitor.aggregate.joins import Delta, Joiner, TraceRef
 from monitor.aggregate.layout import Layout, from_settings
 from monitor.aggregate.table import TOTAL, CellKey, Table
 from monitor.aggregate.windows import Windows
-from monitor.ingest.contract import Feedback, Label
+from monitor.ingest.contract import Components, Feedback, Label
 from monitor.ingest.parse import Accepted, Rejection, parse
 from monitor.ingest.slices import Cap, Slicer, Slicing
 from monitor.settings import Settings

@@ -35,9 +35,10 @@ from monitor.aggregate.layout import Layout
 from monitor.aggregate.table import TOTAL, Cell, CellKey, Table
 from monitor.detect import detectors as det
 from monitor.detect.growth import Growth
-from monitor.detect.reference import Accumulator, Components, Reference
+from monitor.detect.reference import Accumulator, Reference
 from monitor.detect.streams import EXCLUDED_SIGNALS, distances, stream_specs
 from monitor.detect.thresholds import arl0_windows, threshold
+from monitor.ingest.contract import Components
 from monitor.settings import Settings
 
 __all__ = ["Alarm", "Drift", "DriftConfig", "DriftView", "StreamKey", "Verdict"]

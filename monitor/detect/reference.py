@@ -21,14 +21,12 @@ import msgspec
 
 from monitor.aggregate.layout import Layout
 from monitor.aggregate.table import TOTAL, Cell, Table
+from monitor.ingest.contract import COMPONENT_NAMES, Components
 
 __all__ = [
-    "COMPONENT_NAMES", "FREEZE_PREFIX", "Accumulator", "Components", "Reference", "from_bytes",
+    "FREEZE_PREFIX", "Accumulator", "Reference", "from_bytes",
 ]
 
-COMPONENT_NAMES = ("model", "embedding_model", "index_version", "reranker", "prompt_version",
-                   "gate_config")
-Components = tuple[str | None, ...]
 # Key prefix of a freeze request on the references topic (value empty): the worker
 # drops the release's reference and freezes a new one from the traffic that follows.
 FREEZE_PREFIX = b"freeze:"

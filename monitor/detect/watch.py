@@ -18,7 +18,7 @@ from monitor.aggregate.fold import Exemplar
 from monitor.aggregate.pipeline import Closed
 from monitor.aggregate.table import Table
 from monitor.detect.drift import Alarm, Drift
-from monitor.detect.reference import Components
+from monitor.ingest.contract import Components
 from monitor.ingest.slices import Slicing
 
 __all__ = ["Raised", "Watch", "to_record"]

@@ -12,9 +12,9 @@ from prometheus_client.samples import Exemplar
 from monitor.aggregate.layout import Histogram, Layout
 from monitor.aggregate.table import TOTAL, Cell
 from monitor.detect.drift import DriftView
-from monitor.detect.reference import COMPONENT_NAMES
 from monitor.export import catalog as c
 from monitor.export.snapshot import ALL, Snapshot
+from monitor.ingest.contract import COMPONENT_NAMES
 from monitor.ingest.parse import REASONS
 
 __all__ = ["SIGNAL_BUCKETS", "buckets", "drift", "health"]

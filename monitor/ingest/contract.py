@@ -20,6 +20,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 __all__ = [
+    "COMPONENT_NAMES",
     "CONTENT_FIELDS",
     "DECISIONS",
     "DECISION_SCHEMA",
@@ -31,6 +32,7 @@ __all__ = [
     "TRACE_ID_FORMAT",
     "Check",
     "Claim",
+    "Components",
     "Event",
     "Feedback",
     "Label",
@@ -85,6 +87,13 @@ class Otel(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
     span_id: Annotated[str, Meta(min_length=16, max_length=16)] | None = None
 
 
+# The version components of `System` whose change makes the gate calibration stale, in
+# the order of `System.components()` (ragmon_reference_info's labels).
+COMPONENT_NAMES: Final = ("model", "embedding_model", "index_version", "reranker",
+                          "prompt_version", "gate_config")
+Components = tuple[str | None, ...]  # a System's components, in that order
+
+
 class System(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
     release: Annotated[str, Meta(min_length=1, max_length=64)]
     app: SliceValue = "default"
@@ -95,8 +104,8 @@ class System(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
     prompt_version: ShortText | None = None
     gate_config: ShortText | None = None
 
-    def components(self) -> tuple[str | None, ...]:
-        """The version components whose change makes the gate calibration stale."""
+    def components(self) -> Components:
+        """The version components (`COMPONENT_NAMES`), as a tuple: this runs per trace."""
         return (self.model, self.embedding_model, self.index_version,
                 self.reranker, self.prompt_version, self.gate_config)
 

@@ -18,8 +18,7 @@ from typing import Any, Final, TypeVar
 import numpy as np
 
 from monitor.aggregate.joins import replaces
-from monitor.detect.reference import COMPONENT_NAMES
-from monitor.ingest.contract import DECISIONS, Label, Trace
+from monitor.ingest.contract import COMPONENT_NAMES, DECISIONS, Label, Trace
 from monitor.ingest.parse import Rejection, parse
 from monitor.ingest.slices import query_length
 

@@ -23,9 +23,11 @@ abstentions, per 1,000 labelled traces.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Final, cast
+from typing import Annotated, Any, Final, cast
 
+import msgspec
 import numpy as np
 
 from monitor.offline.frame import UNKNOWN, Frame
@@ -43,6 +45,21 @@ FLAGS: Final = ("reject_on_critical_contradiction", "allow_partial_answer")
 ANSWER, PARTIAL, ABSTAIN = 0, 1, 2
 _SWEEP_POINTS: Final = 41
 _ROUNDS_MAX: Final = 6
+
+
+_Threshold = Annotated[float, msgspec.Meta(ge=-sys.float_info.max, le=sys.float_info.max)] | None
+
+
+class _RulesFile(msgspec.Struct, frozen=True):
+    """The model a gate-rules file is validated by (unknown keys are reported, not
+    refused: a gate's config holds more than its thresholds)."""
+
+    min_top_score: _Threshold = None
+    min_query_coverage: _Threshold = None
+    min_critical_claim_support: _Threshold = None
+    min_supported_claim_ratio: _Threshold = None
+    reject_on_critical_contradiction: bool = True
+    allow_partial_answer: bool = True
 
 
 @dataclass(frozen=True)
@@ -64,23 +81,16 @@ class Rules:
             nested = [v for v in data.values() if isinstance(v, dict)]
             if len(nested) == 1:
                 data = nested[0]
-        values: dict[str, Any] = {}
-        for key in THRESHOLDS:
-            if data.get(key) is not None:
-                value = data[key]
-                if isinstance(value, bool) or not isinstance(value, int | float) or not (
-                        np.isfinite(value)):
-                    raise ValueError(f"{key} must be a finite number, got {value!r}")
-                values[key] = float(value)
-        for key in FLAGS:
-            if key in data:
-                if not isinstance(data[key], bool):
-                    raise ValueError(f"{key} must be true or false, got {data[key]!r}")
-                values[key] = data[key]
-        if not any(key in values for key in THRESHOLDS):
+        known = {k: v for k, v in data.items() if k in THRESHOLDS or k in FLAGS}
+        try:
+            model = msgspec.convert(known, _RulesFile, strict=True)
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"{exc} (thresholds are finite numbers, flags true or false)"
+                             ) from None
+        if all(getattr(model, key) is None for key in THRESHOLDS):
             raise ValueError(f"no gate threshold found; expected some of {sorted(THRESHOLDS)}")
         ignored = sorted(set(data) - set(THRESHOLDS) - set(FLAGS))
-        return cls(**values), ignored
+        return cls(**msgspec.structs.asdict(model)), ignored
 
     def thresholds(self) -> dict[str, float]:
         return {k: v for k, v in asdict(self).items() if k in THRESHOLDS and v is not None}

@@ -15,7 +15,6 @@ requests are typed (`Restore`, `FoldGroups`, `Forget`, `ReadLocal`: one per meth
 
 from __future__ import annotations
 
-import gc
 import pickle
 import socket
 import struct
@@ -221,10 +220,7 @@ def serve(sock: socket.socket, settings: Settings) -> None:
 
     Messages are an 8-byte big-endian length and a pickle (`pack_message`,
     `read_message`)."""
-    # A long fold over state without reference cycles: fewer collections (as replay).
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(100_000, 50, 100)
+    memory.tune_gc()  # a long fold over state without reference cycles (as replay)
     trimmed = time.monotonic()
     states = States(settings)
     with sock:

@@ -25,7 +25,7 @@ from monitor.aggregate.pipeline import Pipeline
 from monitor.settings import load
 from monitor.simulate import Simulator
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 # Small caps: some slicings overflow them (and those are never cached); the first
 # sightings overflow their bound.
 SETTINGS = load(slice_values_max=3, releases_max=2, allowed_lateness_seconds=60,
