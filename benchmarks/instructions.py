@@ -37,7 +37,10 @@ def run_stage(stage: str, n: int) -> None:
     from monitor.aggregate.pipeline import Pipeline
     from monitor.ingest.contract import Event
     from monitor.ingest.parse import parse
-    from monitor.memory import tune_gc
+    try:
+        from monitor.memory import tune_gc
+    except ImportError:  # a checkout from before session 15 (--against)
+        from monitor.cli import tune_gc  # type: ignore[attr-defined,no-redef]
     from monitor.settings import load
 
     lines = []

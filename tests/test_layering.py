@@ -6,13 +6,17 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import subprocess
+import sys
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "monitor"
 # A unit may import only units of a lower rank, and modules of its own stage package.
 RANKS = {
-    "memory": 0,  # gc tuning, used by every process
+    "memory": 0,  # gc tuning and heap trims, used by every process
     "ingest": 1,  # bytes -> events or rejections; the contract
     "settings": 2,  # names the contract's dimensions
     "aggregate": 3,  # events -> bounded tables
@@ -151,3 +155,13 @@ def test_every_module_declares_all():
         assert hasattr(module, "__all__"), _name(path)
         for name in module.__all__:
             assert hasattr(module, name), f"{_name(path)}.{name}"
+
+
+@pytest.mark.slow
+def test_the_package_type_checks_strictly_and_lints_clean():
+    """`mypy monitor` (strict, pyproject.toml) and `ruff check`: CI holds the style."""
+    root = PACKAGE.parent
+    for command in ([sys.executable, "-m", "mypy", "monitor"],
+                    [sys.executable, "-m", "ruff", "check", "monitor", "tests", "benchmarks"]):
+        done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr

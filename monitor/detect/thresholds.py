@@ -28,20 +28,26 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import shutil
 from functools import lru_cache
 from pathlib import Path
+from typing import Final
 
 import numpy as np
 
 from monitor.detect.detectors import Bernoulli, Family, GammaScale, GaussMean, Multinomial, glr_scan
 
-__all__ = ["arl0_windows", "calibration_key", "run_lengths", "threshold"]
+__all__ = ["SHIPPED", "arl0_windows", "calibration_key", "run_lengths", "ship", "threshold"]
 
 _MIN_ALARMS = 40  # alarms needed before an ARL0 estimate is trusted
 _STEPS = 1500     # windows simulated per stream; longer budgets are extrapolated
 _GAUSSIAN_EVENTS = 10.0
 _SOURCES = b"".join(Path(__file__).with_name(name).read_bytes()
                     for name in ("thresholds.py", "detectors.py"))
+_SOURCES_DIGEST: Final = hashlib.sha256(_SOURCES).hexdigest()
+# Calibrations shipped with the package (`ship`): the default layout's keys, so that a
+# fresh install arms its streams without simulating first. Read after the cache folder.
+SHIPPED: Final = Path(__file__).with_name("calibrations")
 
 
 def arl0_windows(days: float, streams: int, window_seconds: float) -> float:
@@ -106,16 +112,24 @@ def calibration_key(family: Family, window_n: float) -> tuple[Family, float]:
 def _curve(family: Family, window_n: float) -> tuple[np.ndarray, np.ndarray]:
     """(thresholds, log ARL0) measured where enough alarms make the estimate trustworthy."""
     path = _cache_path(family, window_n)
-    if path is not None:
-        try:
-            with np.load(path) as saved:
-                return saved["hs"], saved["log_arls"]
-        except (OSError, ValueError, KeyError):
-            pass  # absent or unreadable: simulate, and write it again
-    curve = _simulate(family, window_n)
-    if path is not None:
-        _save(path, curve)
+    if path is None:
+        return _simulate(family, window_n)
+    cached = _load(path)
+    if cached is not None:
+        return cached
+    curve = _load(SHIPPED / path.name)  # the shipped set, copied to the cache
+    if curve is None:
+        curve = _simulate(family, window_n)
+    _save(path, curve)  # whole, even where an unreadable file was
     return curve
+
+
+def _load(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
+    try:
+        with np.load(path) as saved:
+            return saved["hs"], saved["log_arls"]
+    except (OSError, ValueError, KeyError):
+        return None  # absent or unreadable
 
 
 def _simulate(family: Family, window_n: float) -> tuple[np.ndarray, np.ndarray]:
@@ -144,7 +158,7 @@ def _save(path: Path, curve: tuple[np.ndarray, np.ndarray]) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.tmp.npz")
-        np.savez(partial, hs=curve[0], log_arls=curve[1])
+        np.savez(partial, hs=curve[0], log_arls=curve[1], sources=_SOURCES_DIGEST)
         os.replace(partial, path)  # whole or not at all, whoever writes it at the same time
     except OSError:
         pass  # a read-only home: calibrate again next time
@@ -181,3 +195,36 @@ def _grid(x: float) -> float:
         return x
     decade = 10.0 ** math.floor(math.log10(x))
     return min((decade * m for m in (1, 2, 5, 10)), key=lambda v: abs(math.log(v / x)))
+
+
+def ship(folder: Path) -> tuple[int, int]:
+    """Copy the calibrations in `folder` (a cache folder) made by this source into
+    `SHIPPED`, and drop shipped ones made by another: (copied, dropped). Run by
+    `python -m monitor.detect.thresholds FOLDER` after a test run filled FOLDER."""
+    SHIPPED.mkdir(exist_ok=True)
+    copied = dropped = 0
+    for path in sorted(folder.glob("*.npz")):
+        if _made_here(path) and not (SHIPPED / path.name).exists():
+            shutil.copyfile(path, SHIPPED / path.name)
+            copied += 1
+    for path in sorted(SHIPPED.glob("*.npz")):
+        if not _made_here(path):
+            path.unlink()
+            dropped += 1
+    return copied, dropped
+
+
+def _made_here(path: Path) -> bool:
+    """Whether a saved calibration was made by this source of the two modules."""
+    try:
+        with np.load(path) as saved:
+            return bool(str(saved["sources"]) == _SOURCES_DIGEST)
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+if __name__ == "__main__":
+    import sys
+
+    done = ship(Path(sys.argv[1]))
+    print(f"{done[0]} calibrations shipped, {done[1]} stale ones dropped, in {SHIPPED}")
