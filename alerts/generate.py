@@ -34,6 +34,12 @@ RECORDING = [
     ("instance:ragmon_rejected:ratio_rate5m",
      "sum by (instance) (rate(ragmon_rejected_total[5m]))\n/\n"
      "instance:ragmon_input_messages:rate5m"),
+    # The share of input dropped for its time: late (window closed) or dated ahead of the
+    # ingest clock (future_timestamp). A blinded monitor shows here first.
+    ("instance:ragmon_input_messages:dropped_by_time_ratio_rate5m",
+     '(sum by (instance) (rate(ragmon_input_messages_total{outcome="late"}[5m]))\n'
+     ' + sum by (instance) (rate(ragmon_rejected_total{reason="future_timestamp"}[5m])))\n/\n'
+     "instance:ragmon_input_messages:rate5m"),
 ]
 
 
@@ -143,6 +149,20 @@ ALERTS: list[dict[str, Any]] = [
         },
     },
     {
+        "alert": "RagmonInputDroppedByTime",
+        "expr": "instance:ragmon_input_messages:dropped_by_time_ratio_rate5m > 0.5",
+        "for": "10m",
+        "labels": {"severity": "critical"},
+        "annotations": {
+            "summary": "Most decision traces are dropped for their time (late or future)",
+            "description": "{{ $labels.instance }} drops {{ $value | humanizePercentage }} of "
+                           "its input "
+                           "as late or future_timestamp: its metrics no longer see the "
+                           "traffic (producer clocks, a replayed backlog, or lateness too "
+                           "short).",
+        },
+    },
+    {
         "alert": "RagmonSeriesBudgetReached",
         "expr": "max by (instance) (ragmon_series_dropped) > 0",
         "for": "15m",
@@ -228,6 +248,18 @@ CASES: list[tuple[Any, ...]] = [
                                    "0+1x30"),
                                   (f'ragmon_input_messages_total{{outcome="read",{_W}}}',
                                    "0+600x30")], "20m", []),
+    ("RagmonInputDroppedByTime", [(f'ragmon_input_messages_total{{outcome="late",{_W}}}',
+                                   "0+40x30"),
+                                  (f'ragmon_rejected_total{{reason="future_timestamp",{_W}}}',
+                                   "0+5x30"),
+                                  (f'ragmon_input_messages_total{{outcome="read",{_W}}}',
+                                   "0+60x30")], "20m", [({"instance": "w1"}, 0.75)]),
+    ("RagmonInputDroppedByTime", [(f'ragmon_input_messages_total{{outcome="late",{_W}}}',
+                                   "0+5x30"),
+                                  (f'ragmon_rejected_total{{reason="future_timestamp",{_W}}}',
+                                   "0+1x30"),
+                                  (f'ragmon_input_messages_total{{outcome="read",{_W}}}',
+                                   "0+60x30")], "20m", []),
     ("RagmonSeriesBudgetReached", [(f"ragmon_series_dropped{{{_W}}}", "0 0 5x20")], "20m",
      [({"instance": "w1"}, 5)]),
     ("RagmonSeriesBudgetReached", [(f"ragmon_series_dropped{{{_W}}}", "0 0 5x20")], "10m",
@@ -265,10 +297,12 @@ def rules_annotations(alert: dict[str, Any]) -> dict[str, str]:
 
 
 def _render(template: str, labels: dict[str, str], value: float) -> str:
-    """The subset of Prometheus templating the annotations use: $labels.x and $value."""
+    """The subset of Prometheus templating the annotations use: $labels.x, $value and
+    `$value | humanizePercentage` (whole percentages in the cases)."""
     text = template
     for name, v in labels.items():
         text = text.replace(f"{{{{ $labels.{name} }}}}", v)
+    text = text.replace("{{ $value | humanizePercentage }}", f"{value * 100:g}%")
     return text.replace("{{ $value }}", f"{value:g}")
 
 

@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     max_message_bytes: int = Field(default=256 * 1024, ge=1024, le=16 * 1024 * 1024)
     window_seconds: int = Field(default=60, ge=1, le=86_400)
     allowed_lateness_seconds: int = Field(default=600, ge=0, le=30 * 86_400)
+    # A trace dated more than this after the ingest clock (the worker's wall clock; for
+    # replay and backtest the file's own robust time) is rejected as future_timestamp.
+    max_future_seconds: int = Field(default=300, ge=0, le=30 * 86_400)
     # How long (event time) a trace id is remembered: for duplicates and for label joins.
     trace_retention_seconds: int = Field(default=86_400, ge=0)
     trace_retention_max: int = Field(default=1_000_000, ge=1_000)

@@ -96,6 +96,10 @@ def _troubled(seed: int) -> tuple[list[bytes], list[bytes]]:
     mixed = raws[:]
     for message in odd:
         mixed.insert(rng.randrange(len(mixed)), message)
+    # Future-dated traces (a producer's clock in 2099): refused, the watermark unmoved.
+    for i, at in enumerate((10, 1_500, len(mixed) - 5)):
+        mixed.insert(at, json.dumps(dict(base, trace_id=f"future-{seed}-{i}",
+                                         ts="2099-01-01T00:00:00Z")).encode())
     labels = [msgspec.json.encode({"schema": "rag-label/1", "trace_id": t["trace_id"],
                                    "ts": t["ts"], "source": "judge", "answerable": True,
                                    "correct": rng.random() < 0.5})
@@ -121,6 +125,7 @@ def _same_state(a: Pipeline, b: Pipeline) -> None:
     assert a.seen.evicted_early == b.seen.evicted_early
     assert a.journal == b.journal
     assert a.windows.watermark == b.windows.watermark
+    assert a.clock == b.clock
     assert a.slicer.cache == b.slicer.cache
     assert a.slicer.overflowed == b.slicer.overflowed
     assert a.joiner.pending == b.joiner.pending
@@ -147,7 +152,8 @@ def test_both_admissions_leave_the_same_state(seed):
     assert dead_c == dead_p
     reasons = {r.reason for _, r in dead_c}
     # The fixture really exercises the detours.
-    assert {"late", "reason_required", "out_of_range", "bad_timestamp", "bad_trace_id",
+    assert {"late", "future_timestamp", "reason_required", "out_of_range", "bad_timestamp",
+            "bad_trace_id",
             "unexpected_schema", "not_json", "bad_unicode"} <= reasons
     counters = compiled.counters()
     assert counters.input["duplicates"] > 0 and counters.input["content_fields_dropped"] > 0

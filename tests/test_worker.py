@@ -393,3 +393,27 @@ def test_checkpoints_over_one_mebibyte_are_written_and_restored(broker, tmp_path
         assert outcome(got, "read") == 0
     finally:
         stop(second)
+
+
+def test_future_dated_traces_do_not_blind_the_worker(broker, worker):
+    """A producer with its clock in 2099, once on every partition, ahead of real traffic:
+    those traces are refused (future_timestamp, dead-lettered) and the traffic after them
+    is counted, not late (issue #22)."""
+    settings = broker.settings()
+    ensure_topics(settings)
+    traffic = list(Simulator(seed=7, scenario="steady").traces(3000))
+    future = []
+    for i in range(12):  # keyed by trace_id: spread over the 4 partitions
+        doc = json.loads(traffic[i])
+        doc.update(trace_id=f"clock-2099-{i}", ts="2099-06-01T00:00:00Z")
+        future.append(json.dumps(doc).encode())
+    produce(settings, settings.topic_decisions, future)
+    produce(settings, settings.topic_decisions, traffic)
+    samples = wait_for(lambda: (s := scrape(worker)) and outcome(s, "folded") >= 3000 and s,
+                       what="the traffic after the future-dated traces folded")
+    assert outcome(samples, "folded") == 3000 and outcome(samples, "late") == 0
+    assert samples[("ragmon_rejected_total", (("reason", "future_timestamp"),))] == 12
+    assert samples[("ragmon_last_event_timestamp_seconds", ())] < time.time()
+    dead = read_dlq(settings.bootstrap_servers, settings.topic_dlq, 12)
+    assert len(dead) == 12 and all(b"2099-06-01" in r.value for r in dead)
+    assert {dict(r.headers)["ragmon.reason"] for r in dead} == {b"future_timestamp"}

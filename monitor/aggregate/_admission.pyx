@@ -18,7 +18,7 @@ from libc.string cimport memchr
 
 import msgspec
 
-from monitor.aggregate.admission import CHUNK_TRACES, COMPONENTS_MAX
+from monitor.aggregate.admission import CHUNK_TRACES, COMPONENTS_MAX, future
 from monitor.aggregate.joins import TraceRef
 from monitor.ingest.contract import CONTENT_FIELDS, Trace, to_json
 from monitor.ingest.parse import TRACE_PREFIX, Rejection, parse
@@ -104,7 +104,7 @@ cdef object _raw_key(tuple fields, tuple dimensions):
     return key
 
 
-def admit(pipe, list raws, list dead, list deltas):
+def admit(pipe, list raws, list dead, list deltas, double limit, list aside, list times):
     """`monitor.aggregate.admission.admit_python`, compiled: same arguments, same effects."""
     windows, seen, count, joiner = pipe.windows, pipe.seen, pipe.input, pipe.joiner
     slicer = pipe.slicer
@@ -113,7 +113,7 @@ def admit(pipe, list raws, list dead, list deltas):
     cdef tuple dimensions = slicer.dimensions
     cdef Py_ssize_t max_bytes = pipe.settings.max_message_bytes
     cdef Py_ssize_t index, n = len(raws), base = count["read"], dropped = 0
-    cdef Py_ssize_t duplicates = 0, late = 0
+    cdef Py_ssize_t duplicates = 0, late = 0, fields_dropped
     cdef double ts, watermark = windows.watermark
     cdef PyObject* found
     size, lateness = windows.window_seconds, windows.lateness_seconds
@@ -126,10 +126,12 @@ def admit(pipe, list raws, list dead, list deltas):
     for index in range(n):
         raw = raws[index]
         clean = _clean(raw, max_bytes)
+        fields_dropped = 0
         if clean is None:
             result = parse(raw, max_bytes, Trace)
-            dropped += result.content_fields_dropped
+            fields_dropped = result.content_fields_dropped
             if isinstance(result, Rejection):
+                dropped += fields_dropped
                 rejected_by_reason[result.reason] += 1
                 dead.append((index, result))
                 continue
@@ -137,11 +139,20 @@ def admit(pipe, list raws, list dead, list deltas):
             fields = _ASTUPLE(trace)
         else:
             trace, fields = clean
+        ts = fields[_TS].timestamp()
+        if ts > limit:  # the clock-bounded watermark: a bad clock cannot move it
+            if aside is not None:
+                aside.append((index, ts))
+                continue
+            dropped += fields_dropped
+            rejected_by_reason["future_timestamp"] += 1
+            dead.append((index, future(trace, limit)))
+            continue
+        dropped += fields_dropped
         trace_id = fields[_TRACE_ID]
         if trace_id in refs:
             duplicates += 1
             continue
-        ts = fields[_TS].timestamp()
         start = int(ts // size) * size
         if start + size <= watermark - lateness:
             late += 1
@@ -151,6 +162,8 @@ def admit(pipe, list raws, list dead, list deltas):
         if ts > watermark:
             watermark = ts
             windows.watermark = ts
+        if times is not None:
+            times.append(ts)
         found = PyDict_GetItem(cache, _raw_key(fields, dimensions))
         slicing = keys(trace) if found == NULL else <object>found
         ref = TraceRef(start, slicing, fields[_DECISION])
@@ -170,7 +183,7 @@ def admit(pipe, list raws, list dead, list deltas):
     fold_chunk(pipe, chunk)
     count["duplicates"] += duplicates
     count["late"] += late
-    return n, dropped
+    return n - (len(aside) if aside else 0), dropped
 
 
 def fold_chunk(pipe, list chunk):

@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # fold.py imports compiled.py, which imports this module
     from monitor.aggregate.fold import Exemplar, Folder
 
 __all__ = ["CHUNK_TRACES", "COMPONENTS_MAX", "Admitting", "Kept", "admit_python",
-           "fold_chunk_python"]
+           "fold_chunk_python", "future"]
 
 # Kept traces are folded in chunks of this many: small enough that the decoded traces
 # stay in cache between parsing and folding: reading a thousand decoded traces (a few MB)
@@ -105,10 +105,16 @@ def fold_chunk_python(pipe: Admitting, chunk: list[Kept]) -> None:
 
 
 def admit_python(pipe: Admitting, raws: list[bytes], dead: list[tuple[int, Rejection]],
-                 deltas: list[Delta]) -> tuple[int, int]:
+                 deltas: list[Delta], limit: float, aside: list[tuple[int, float]] | None,
+                 times: list[float] | None) -> tuple[int, int]:
     """Admit `raws` into `pipe`: rejected and late messages go to `dead` (by index),
     label joins they complete to `deltas`; returns (messages read, content fields
-    dropped). Duplicates and late traces are counted in `pipe.input`."""
+    dropped). Duplicates and late traces are counted in `pipe.input`.
+
+    A trace dated after `limit` (the reference clock plus `max_future_seconds`) is
+    rejected as `future_timestamp`, or, with `aside`, set aside there as (index, event
+    time) without being read or counted (the pipeline decides once it knows the batch's
+    own time). `times`, if given, gets the event time of every trace kept."""
     windows, seen, count, joiner = pipe.windows, pipe.seen, pipe.input, pipe.joiner
     refs, keys, max_bytes = seen.refs, pipe.slicer.keys, pipe.settings.max_message_bytes
     size, lateness = windows.window_seconds, windows.lateness_seconds
@@ -119,18 +125,27 @@ def admit_python(pipe: Admitting, raws: list[bytes], dead: list[tuple[int, Rejec
     base = count["read"]
     for index, raw in enumerate(raws):
         result = parse(raw, max_bytes, Trace)
-        dropped += result.content_fields_dropped
         if isinstance(result, Rejection):
+            dropped += result.content_fields_dropped
             pipe.rejected_by_reason[result.reason] += 1
             dead.append((index, result))
             continue
         trace = result.event
         assert isinstance(trace, Trace)
+        ts = trace.ts.timestamp()
+        if ts > limit:  # the clock-bounded watermark: a bad clock cannot move it
+            if aside is not None:
+                aside.append((index, ts))
+                continue
+            dropped += result.content_fields_dropped
+            pipe.rejected_by_reason["future_timestamp"] += 1
+            dead.append((index, future(trace, limit)))
+            continue
+        dropped += result.content_fields_dropped
         trace_id = trace.trace_id
         if trace_id in refs:
             count["duplicates"] += 1
             continue
-        ts = trace.ts.timestamp()
         # The window rule of monitor/aggregate/windows.py, inline: this runs per message.
         start = int(ts // size) * size
         if start + size <= watermark - lateness:
@@ -140,6 +155,8 @@ def admit_python(pipe: Admitting, raws: list[bytes], dead: list[tuple[int, Rejec
             continue
         if ts > watermark:
             watermark = windows.watermark = ts
+        if times is not None:
+            times.append(ts)
         slicing = keys(trace)
         ref = TraceRef(start, slicing, trace.decision)
         seen.first(trace_id, ts, ref)
@@ -152,5 +169,11 @@ def admit_python(pipe: Admitting, raws: list[bytes], dead: list[tuple[int, Rejec
         if joiner.pending:
             deltas.extend(joiner.on_trace(trace_id, ref))
     fold_chunk_python(pipe, chunk)
-    return len(raws), dropped
+    return len(raws) - (len(aside) if aside else 0), dropped
+
+
+def future(trace: Trace, limit: float) -> Rejection:
+    """The rejection of a trace dated after `limit` (its content-stripped event)."""
+    return Rejection("future_timestamp", f"ts is more than max_future_seconds ahead of the "
+                     f"reference clock (limit {limit:.0f})", to_json(trace), 0)
 

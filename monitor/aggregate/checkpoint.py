@@ -159,16 +159,22 @@ def decode(blob: bytes) -> State:
 
 
 def load(settings: Settings, blob: bytes | None, slicer: Slicer | None = None,
-         admit_missing: Cap | None = None) -> tuple[Pipeline, dict[str, int]]:
+         admit_missing: Cap | None = None,
+         clock: float | None = None) -> tuple[Pipeline, dict[str, int]]:
     """A pipeline restored from checkpoint bytes (a fresh one for `None`), and its offsets.
 
-    With shared `slicer`/`admit_missing` the checkpoint's admitted values join theirs."""
+    With shared `slicer`/`admit_missing` the checkpoint's admitted values join theirs.
+    With the ingest `clock`, a watermark further ahead than `max_future_seconds` (written
+    before future-dated traces were refused) is brought back to that limit, so a
+    poisoned checkpoint cannot keep good traffic late."""
     pipeline = Pipeline(settings, slicer, admit_missing)
     if blob is None:
         return pipeline, {}
     state = decode(blob)
     layout = pipeline.layout
     pipeline.windows.watermark = state.watermark
+    if clock is not None:
+        pipeline.windows.watermark = min(state.watermark, clock + settings.max_future_seconds)
     pipeline.windows.open = {int(s): _table(layout, t) for s, t in state.open.items()}
     pipeline.totals = _table(layout, state.totals)
     pipeline.recent = {w.start: w for w in (_closed(layout, c) for c in state.recent)}

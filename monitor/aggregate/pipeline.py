@@ -8,6 +8,7 @@ batches and route what it returns (dead letters) wherever their transport wants.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Iterable
 from typing import Final, NamedTuple
@@ -24,9 +25,13 @@ from monitor.ingest.parse import Accepted, Rejection, parse
 from monitor.ingest.slices import Cap, Slicer, Slicing
 from monitor.settings import Settings
 
-__all__ = ["INPUT_COUNTERS", "RECENT_CLOSED", "Closed", "Counters", "Pipeline"]
+__all__ = ["CLOCK_RANK", "INPUT_COUNTERS", "RECENT_CLOSED", "Closed", "Counters", "Pipeline"]
 
 _SLICINGS_CACHED: Final = 10_000
+# The input's own clock (`Pipeline.feed` without a clock) is the CLOCK_RANK-th newest
+# event time of a batch (1% of a batch over 800; more than half of one under 16): fewer
+# bad clocks than that cannot move it.
+CLOCK_RANK: Final = 8
 # Closed windows a pipeline keeps (and checkpoints after every batch) for stage two
 # (monitor/worker/merge.py), which reads checkpoints about once a second: windows close far
 # slower unless a backlog of old traffic is read.
@@ -116,16 +121,33 @@ class Pipeline:
         # First sightings since the caller last drained it (None: not kept). The worker
         # checkpoints them, so de-duplication and label joins survive a restart.
         self.journal: list[tuple[str, float, TraceRef]] | None = None
+        # The reference clock of the future check when the caller gives none (replay,
+        # backtest): the input's own robust time, which only moves forward.
+        self.clock = float("-inf")
+        self._newest_kept: list[float] = []  # event times of the newest traces kept
 
-    def feed(self, raws: Iterable[bytes]) -> list[tuple[int, Rejection]]:
+    def feed(self, raws: Iterable[bytes],
+             clock: float | None = None) -> list[tuple[int, Rejection]]:
         """Fold a batch of decision traces; return dead letters (rejected or late) by index.
 
-        One pass per message does only what decides its fate (`monitor/aggregate/admission.py`); the
-        kept traces are folded a chunk at a time."""
+        A trace dated more than `max_future_seconds` after the reference clock is
+        rejected (`future_timestamp`) and never moves the watermark. The worker gives its
+        ingest clock (`clock`, epoch seconds); without one, the clock is the input's own:
+        the CLOCK_RANK-th newest event time of this batch (traces ahead of the clock so
+        far are set aside until it is known), never going back. (So after a pause in
+        the input longer than `max_future_seconds`, traces that resume in the last few
+        lines of a batch, fewer than CLOCK_RANK, are refused as future: dead-lettered
+        and counted, never silently.) One pass per message
+        does only what decides its fate (`monitor/aggregate/admission.py`); the kept
+        traces are folded a chunk at a time."""
         dead: list[tuple[int, Rejection]] = []
         deltas: list[Delta] = []
         batch = raws if isinstance(raws, list) else list(raws)
-        read, dropped = self._admit(self, batch, dead, deltas)
+        ahead = self.settings.max_future_seconds
+        if clock is not None:
+            read, dropped = self._admit(self, batch, dead, deltas, clock + ahead, None, None)
+        else:
+            read, dropped = self._admit_on_own_clock(batch, dead, deltas)
         count = self.input
         rejected = sum(1 for _, r in dead if r.reason != "late")
         count["read"] += read
@@ -135,6 +157,31 @@ class Pipeline:
         self._apply(deltas)
         self._expire()
         return dead
+
+    def _admit_on_own_clock(self, batch: list[bytes], dead: list[tuple[int, Rejection]],
+                            deltas: list[Delta]) -> tuple[int, int]:
+        """Admit against the input's own clock: first what is not ahead of the clock so
+        far, then, once the batch's own time is known, what was set aside."""
+        ahead = self.settings.max_future_seconds
+        aside: list[tuple[int, float]] = []
+        times: list[float] = []
+        read, dropped = self._admit(self, batch, dead, deltas, self.clock + ahead, aside, times)
+        # The batch's own time, with the newest traces kept before it (so a last, small
+        # batch holding a bad clock is judged against the ones before it).
+        sample = [*times, *(ts for _, ts in aside), *self._newest_kept]
+        if sample:
+            rank = (max(CLOCK_RANK, len(sample) // 100) if len(sample) >= 2 * CLOCK_RANK
+                    else (len(sample) + 1) // 2)
+            self.clock = max(self.clock, heapq.nlargest(rank, sample)[-1])
+        if aside:
+            later: list[tuple[int, Rejection]] = []
+            more, more_dropped = self._admit(self, [batch[i] for i, _ in aside], later, deltas,
+                                             self.clock + ahead, None, times)
+            dead.extend((aside[j][0], rejection) for j, rejection in later)
+            dead.sort(key=lambda item: item[0])
+            read, dropped = read + more, dropped + more_dropped
+        self._newest_kept = heapq.nlargest(CLOCK_RANK, [*times, *self._newest_kept])
+        return read, dropped
 
     def feed_events(self, raws: Iterable[bytes], kind: str) -> list[tuple[int, Rejection]]:
         """Fold label (`kind="labels"`) or feedback (`"feedback"`) messages."""

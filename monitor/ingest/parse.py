@@ -43,6 +43,7 @@ REASONS: Final = (
     "bad_slice_value",
     "too_large",
     "bad_unicode",
+    "future_timestamp",
 )
 
 _CONTENT_KEY = re.compile(

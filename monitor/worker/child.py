@@ -126,7 +126,8 @@ class States:
                 segments: list[bytes]) -> tuple[dict[str, int], int]:
         """Hold `partition` from its checkpoint (`None`: new) and de-duplication segments;
         its applied offsets and the number of trace ids restored."""
-        pipeline, offsets = checkpoint.load(self.settings, blob, self.slicer, self.admit_missing)
+        pipeline, offsets = checkpoint.load(self.settings, blob, self.slicer, self.admit_missing,
+                                            clock=time.time())
         pipeline.journal = []
         kept = checkpoint.restore_seen(pipeline, segments,
                                        offsets.get(self.settings.topic_decisions, -1))
@@ -189,7 +190,7 @@ class States:
 def _fold(pipeline: Pipeline, raws: list[bytes], kind: str) -> list[tuple[int, Rejection]]:
     try:
         if kind == "decisions":
-            dead = pipeline.feed(raws)
+            dead = pipeline.feed(raws, clock=time.time())  # the ingest clock
             pipeline.close_ready()  # into totals; stage two detects on them (merge.py)
             return dead
         return pipeline.feed_events(raws, kind)
