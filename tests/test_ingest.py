@@ -109,7 +109,7 @@ def test_escaped_content_keys_are_dropped_too():
      "out_of_range"),
     (b'{"a":' * 50_000, "not_json"),
     (b'[' * 100_000, "not_json"),
-    (b'\xff\xfe', "not_json"),
+    (b'\xff\xfe', "bad_encoding"),
     (b'"just a string"', "not_object"),
     (b'{"schema":["rag-decision/1"],"trace_id":"t","ts":"2026-11-29T10:00:00Z",'
      b'"system":{"release":"r"},"decision":"answer","text":"x"}', "unknown_schema"),
@@ -216,8 +216,22 @@ def test_unparsed_dead_letters_hold_no_bytes_of_the_message(raw):
     assert summary["bytes"] == len(raw) and len(summary["sha256"]) == 64
 
 
-def test_json_in_utf16_is_parsed_and_its_content_dropped():
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32",
+                                      "utf-32-le", "utf-32-be"])
+def test_json_not_in_utf8_is_refused_without_its_content(encoding):
+    """RFC 8259: JSON between systems is UTF-8. Python's json would read UTF-16/32; ragmon
+    refuses it (bad_encoding), and the dead letter holds only its size and hash."""
     event = {"schema": "rag-decision/1", "trace_id": "u16", "ts": "2026-11-29T10:00:00Z",
              "system": {"release": "r1"}, "decision": "answer", "question": "MARKER-42"}
-    result = parse(json.dumps(event).encode("utf-16"))
-    assert isinstance(result, Accepted) and result.content_fields_dropped == 1
+    result = parse(json.dumps(event).encode(encoding))
+    assert isinstance(result, Rejection) and result.reason == "bad_encoding"
+    assert b"MARKER" not in result.payload and b"unparsed" in result.payload
+
+
+def test_a_utf8_byte_order_mark_is_ignored_and_encoded_surrogates_refused():
+    event = {"schema": "rag-decision/1", "trace_id": "bom", "ts": "2026-11-29T10:00:00Z",
+             "system": {"release": "r1"}, "decision": "answer"}
+    assert isinstance(parse(b"\xef\xbb\xbf" + json.dumps(event).encode()), Accepted)
+    surrogate = json.dumps({**event, "question": "q"}).encode().replace(b'"q"', b'"\xed\xa0\x80"')
+    result = parse(surrogate)
+    assert isinstance(result, Rejection) and result.reason == "bad_encoding"

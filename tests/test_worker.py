@@ -417,3 +417,32 @@ def test_future_dated_traces_do_not_blind_the_worker(broker, worker):
     dead = read_dlq(settings.bootstrap_servers, settings.topic_dlq, 12)
     assert len(dead) == 12 and all(b"2099-06-01" in r.value for r in dead)
     assert {dict(r.headers)["ragmon.reason"] for r in dead} == {b"future_timestamp"}
+
+
+def test_the_hostile_corpus_is_accounted_for_and_leaks_no_content(broker, worker):
+    """Every message of tests/hostile.py through the worker: the same reasons as the
+    pipeline gives them, read = valid + rejected, and the planted content in no dead
+    letter and no metric (issue #22)."""
+    from hostile import MARKER, corpus
+
+    from monitor.aggregate.pipeline import Pipeline
+    from monitor.settings import load
+
+    settings = broker.settings()
+    ensure_topics(settings)
+    messages = [raw for _, raw in corpus()]
+    produce(settings, settings.topic_decisions, messages)
+    samples = wait_for(lambda: (s := scrape(worker)) and outcome(s, "read") >= len(messages)
+                       and s, what="every hostile message read")
+    expected = Counter(r.reason for _, r in Pipeline(load()).feed(messages, clock=time.time())
+                       if r.reason != "late")
+    rejected = {dict(labels)["reason"]: v for (name, labels), v in samples.items()
+                if name == "ragmon_rejected_total" and v}
+    assert rejected == dict(expected)
+    assert outcome(samples, "read") == outcome(samples, "valid") + outcome(samples, "rejected")
+    letters = sum(expected.values()) + outcome(samples, "late")  # late ones are dead-lettered too
+    dead = read_dlq(settings.bootstrap_servers, settings.topic_dlq, letters)
+    assert len(dead) == letters
+    assert not [r for r in dead if MARKER.encode() in r.value]
+    with urllib.request.urlopen(f"http://127.0.0.1:{worker}/metrics", timeout=5) as page:
+        assert MARKER.encode() not in page.read()

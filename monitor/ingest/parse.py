@@ -44,6 +44,7 @@ REASONS: Final = (
     "too_large",
     "bad_unicode",
     "future_timestamp",
+    "bad_encoding",
 )
 
 _CONTENT_KEY = re.compile(
@@ -145,23 +146,48 @@ def _prune(value: Any, tree: Any) -> Any:
 
 
 def _parse_slow(raw: bytes, expect: type[Event] | None) -> Accepted | Rejection:
+    # JSON between systems is UTF-8 (RFC 8259, 8.1): UTF-16/32 (which Python's json would
+    # detect and read) and invalid UTF-8 (overlong forms, encoded surrogates, stray
+    # continuation bytes: json would let surrogates through) are refused; a UTF-8 byte
+    # order mark is ignored, as the RFC allows.
+    encoding = json.detect_encoding(raw)
+    if encoding not in ("utf-8", "utf-8-sig"):
+        return _reject_unparsed("bad_encoding", f"{encoding.upper()}, not UTF-8 (RFC 8259)",
+                                raw)
     try:
-        obj = json.loads(raw)
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return _reject_unparsed("bad_encoding", f"not UTF-8: {exc.reason} at byte {exc.start}",
+                                raw)
+    try:
+        obj = json.loads(text)
     except RecursionError:
         return _reject_unparsed("not_json", "nesting too deep", raw)
     except (ValueError, TypeError) as exc:
         return _reject_unparsed("not_json", str(exc)[:200], raw)
     clean, dropped = strip_content(obj)
-    payload = b""
+    schema = clean.get("schema") if isinstance(clean, dict) else None
+    tree = _TREES.get(schema) if isinstance(schema, str) else None
+    if tree is None:
+        # No known schema to read it by: its fields cannot be told from content, so the
+        # dead letter holds none of them (`unparsed_payload`).
+        payload = unparsed_payload(raw)
+        known_fields: Any = clean
+    else:
+        # The dead letter holds the message as its schema knows it: content fields and
+        # unknown fields (which could be content under another name) left out.
+        known_fields = _prune(clean, tree)
+        letter = _letter_form(known_fields)
+        payload = b""
     try:
-        if _has_non_finite(clean):
-            payload = json.dumps(clean, allow_nan=True).encode()
+        if _has_non_finite(known_fields):
+            if tree is not None:
+                payload = json.dumps(letter, allow_nan=True).encode()
             return Rejection("non_finite", "NaN or Infinity in a number field", payload, dropped)
-        payload = _dump(clean)
-        schema = clean.get("schema") if isinstance(clean, dict) else None
-        tree = _TREES.get(schema) if isinstance(schema, str) else None
+        if tree is not None:
+            payload = _dump(letter)
         try:
-            known = _ENCODER.encode(clean if tree is None else _prune(clean, tree))
+            known = _ENCODER.encode(known_fields)
         except UnicodeEncodeError:
             # A lone surrogate escape ("\ud800") is valid JSON syntax but no Unicode text:
             # it can be neither a label nor an id. (In an ignored field it does no harm.)
@@ -179,6 +205,52 @@ def _parse_slow(raw: bytes, expect: type[Event] | None) -> Accepted | Rejection:
         if problem is not None:
             return Rejection(problem[0], problem[1], payload, dropped)
     return _check(event, dropped, payload, expect)
+
+
+_NUMBER_MAPS: Final = ("signals", "evals")
+_LETTER_STRING_MAX: Final = 256
+
+
+def _letter_form(fields: Any) -> Any:
+    """The dead-letter form of a message's known fields: what is not of its kind in the
+    free-form maps (a non-number among `signals`/`evals`, a slice value that is not a
+    short string) and any string over 256 characters are replaced by a note of what was
+    there, so that text sent where it does not belong never reaches a dead letter."""
+    if not isinstance(fields, dict):
+        return fields
+    out = dict(fields)
+    for name in _NUMBER_MAPS:
+        part = out.get(name)
+        if isinstance(part, dict):
+            out[name] = {k: v if isinstance(v, int | float) and not isinstance(v, bool)
+                         else "<not a number>" for k, v in part.items()}
+    part = out.get("slice")
+    if isinstance(part, dict):
+        out["slice"] = {k: v if isinstance(v, str) and len(v) <= 64 else "<not a slice value>"
+                        for k, v in part.items()}
+    return _short_strings(out)
+
+
+def _short_strings(value: Any) -> Any:
+    """`value` with strings over _LETTER_STRING_MAX characters replaced by their length
+    (iterative: any depth)."""
+    root: list[Any] = [None]
+    stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]
+    while stack:
+        item, parent, key = stack.pop()
+        if isinstance(item, dict):
+            copy: dict[Any, Any] = dict.fromkeys(item)
+            stack.extend((item[k], copy, k) for k in item)
+            parent[key] = copy
+        elif isinstance(item, list):
+            items: list[Any] = [None] * len(item)
+            stack.extend((v, items, i) for i, v in enumerate(item))
+            parent[key] = items
+        elif isinstance(item, str) and len(item) > _LETTER_STRING_MAX:
+            parent[key] = f"<{len(item)} characters>"
+        else:
+            parent[key] = item
+    return root[0]
 
 
 def _dump(clean: Any) -> bytes:

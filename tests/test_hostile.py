@@ -1,0 +1,102 @@
+"""Hostile input (issue #22): every message of the corpus (tests/hostile.py, > 300 cases)
+becomes an event or a rejection with a reason, never an exception; both admission paths
+give the same outcome; planted content never reaches a dead letter, metric or state."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+
+import pytest
+from hostile import MARKER, corpus
+from prometheus_client import CollectorRegistry, generate_latest
+
+from monitor.aggregate import checkpoint
+from monitor.aggregate.compiled import COMPILED
+from monitor.aggregate.pipeline import Pipeline
+from monitor.cli import main
+from monitor.export.collector import Collector, snapshot_of
+from monitor.export.snapshot import Health
+from monitor.ingest.parse import REASONS, Accepted, Rejection, parse
+from monitor.settings import load
+
+CASES = corpus()
+NOW = time.time()
+
+
+def test_the_corpus_is_large_and_its_names_unique():
+    assert len(CASES) >= 300
+    assert len({name for name, _ in CASES}) == len(CASES)
+
+
+def test_parse_is_total_on_every_case():
+    outcomes: Counter[str] = Counter()
+    for name, raw in CASES:
+        result = parse(raw)
+        assert isinstance(result, Accepted | Rejection), name
+        if isinstance(result, Rejection):
+            assert result.reason in REASONS, (name, result.reason)
+            assert MARKER.encode() not in result.payload, name
+            outcomes[result.reason] += 1
+        else:
+            outcomes["accepted"] += 1
+    # The corpus reaches most reasons, and accepts what it should (e.g. a UTF-8 BOM).
+    assert outcomes["accepted"] > 20 and len(outcomes) >= 10, outcomes
+
+
+def _fold(compiled: bool) -> tuple[Pipeline, list[tuple[str, Rejection]]]:
+    pipeline = Pipeline(load(), compiled=compiled)
+    dead: list[tuple[str, Rejection]] = []
+    raws = [raw for _, raw in CASES]
+    for start in range(0, len(raws), 50):
+        batch = raws[start:start + 50]
+        for index, rejection in pipeline.feed(batch, clock=NOW):
+            dead.append((CASES[start + index][0], rejection))
+        counts = pipeline.counters().input
+        assert counts["read"] == counts["valid"] + counts["rejected"] == start + len(batch)
+    return pipeline, dead
+
+
+@pytest.mark.skipif(not COMPILED, reason="the compiled admission is not built")
+def test_both_paths_give_the_same_outcome_on_every_case():
+    compiled, dead_c = _fold(True)
+    python, dead_p = _fold(False)
+    assert [(n, r.reason, r.payload) for n, r in dead_c] == [
+        (n, r.reason, r.payload) for n, r in dead_p]
+    assert compiled.counters() == python.counters()
+
+
+@pytest.mark.parametrize("compiled", [True, False] if COMPILED else [False])
+def test_planted_content_reaches_no_output(compiled):
+    pipeline, dead = _fold(compiled)
+    marker = MARKER.encode()
+    for name, rejection in dead:
+        assert marker not in rejection.payload, name
+        assert MARKER not in rejection.detail, name
+    registry = CollectorRegistry()
+    collector = Collector(20_000)
+    registry.register(collector)
+    collector.current = snapshot_of([pipeline], Health())
+    assert marker not in generate_latest(registry)
+    assert marker not in checkpoint.dump(pipeline, {})
+    summary = json.dumps(pipeline.counters())
+    assert MARKER not in summary
+
+
+def test_replay_gives_the_same_reasons_and_writes_no_content(tmp_path):
+    """`ragmon replay` (one message per line: the cases without a newline in them). A
+    blank line in a file separates messages (skipped); on a topic it is a message
+    (not_json)."""
+    lines = [raw for _, raw in CASES if b"\n" not in raw and b"\r" not in raw]
+    path, dlq, out = tmp_path / "hostile.jsonl", tmp_path / "dlq.jsonl", tmp_path / "s.json"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    assert main(["replay", str(path), "--dlq", str(dlq), "--out", str(out),
+                 "--no-progress"]) == 0
+    doc = json.loads(out.read_text())
+    messages = [raw for raw in lines if raw and not raw.isspace()]
+    dead = Pipeline(load()).feed(messages)
+    expected = Counter(r.reason for _, r in dead if r.reason != "late")
+    assert {k: v for k, v in doc["rejected_by_reason"].items() if v} == dict(expected)
+    assert doc["input"]["read"] == len(messages)
+    assert MARKER not in dlq.read_text() and MARKER not in out.read_text()
