@@ -104,7 +104,7 @@ cdef object _raw_key(tuple fields, tuple dimensions):
     return key
 
 
-def admit(pipe, list raws, list dead, list deltas, double limit, list aside, list times):
+def admit(pipe, list raws, list dead, list deltas, double limit, list aside):
     """`monitor.aggregate.admission.admit_python`, compiled: same arguments, same effects."""
     windows, seen, count, joiner = pipe.windows, pipe.seen, pipe.input, pipe.joiner
     slicer = pipe.slicer
@@ -162,8 +162,6 @@ def admit(pipe, list raws, list dead, list deltas, double limit, list aside, lis
         if ts > watermark:
             watermark = ts
             windows.watermark = ts
-        if times is not None:
-            times.append(ts)
         found = PyDict_GetItem(cache, _raw_key(fields, dimensions))
         slicing = keys(trace) if found == NULL else <object>found
         ref = TraceRef(start, slicing, fields[_DECISION])

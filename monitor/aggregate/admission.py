@@ -105,8 +105,8 @@ def fold_chunk_python(pipe: Admitting, chunk: list[Kept]) -> None:
 
 
 def admit_python(pipe: Admitting, raws: list[bytes], dead: list[tuple[int, Rejection]],
-                 deltas: list[Delta], limit: float, aside: list[tuple[int, float]] | None,
-                 times: list[float] | None) -> tuple[int, int]:
+                 deltas: list[Delta], limit: float,
+                 aside: list[tuple[int, float]] | None) -> tuple[int, int]:
     """Admit `raws` into `pipe`: rejected and late messages go to `dead` (by index),
     label joins they complete to `deltas`; returns (messages read, content fields
     dropped). Duplicates and late traces are counted in `pipe.input`.
@@ -114,7 +114,7 @@ def admit_python(pipe: Admitting, raws: list[bytes], dead: list[tuple[int, Rejec
     A trace dated after `limit` (the reference clock plus `max_future_seconds`) is
     rejected as `future_timestamp`, or, with `aside`, set aside there as (index, event
     time) without being read or counted (the pipeline decides once it knows the batch's
-    own time). `times`, if given, gets the event time of every trace kept."""
+    own time)."""
     windows, seen, count, joiner = pipe.windows, pipe.seen, pipe.input, pipe.joiner
     refs, keys, max_bytes = seen.refs, pipe.slicer.keys, pipe.settings.max_message_bytes
     size, lateness = windows.window_seconds, windows.lateness_seconds
@@ -155,8 +155,6 @@ def admit_python(pipe: Admitting, raws: list[bytes], dead: list[tuple[int, Rejec
             continue
         if ts > watermark:
             watermark = windows.watermark = ts
-        if times is not None:
-            times.append(ts)
         slicing = keys(trace)
         ref = TraceRef(start, slicing, trace.decision)
         seen.first(trace_id, ts, ref)

@@ -33,9 +33,9 @@ __all__ = ["ADMISSION", "COMPILED", "FOLD", "REQUIRED", "Admit", "admitter"]
 REQUIRED = os.environ.get("RAGMON_REQUIRE_COMPILED", "") not in ("", "0")
 
 # (pipeline, raw messages, dead letters out, label deltas out, future limit, set aside
-# out or None, kept event times out or None) -> (read, dropped)
+# out or None) -> (read, dropped)
 Admit = Callable[[Admitting, list[bytes], list[tuple[int, Rejection]], list[Delta], float,
-                  list[tuple[int, float]] | None, list[float] | None], tuple[int, int]]
+                  list[tuple[int, float]] | None], tuple[int, int]]
 
 
 def _load(name: str) -> ModuleType | None:

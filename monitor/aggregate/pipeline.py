@@ -9,8 +9,10 @@ batches and route what it returns (dead letters) wherever their transport wants.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import Counter
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Final, NamedTuple
 
 from monitor.aggregate.compiled import FOLD, admitter
@@ -145,7 +147,7 @@ class Pipeline:
         batch = raws if isinstance(raws, list) else list(raws)
         ahead = self.settings.max_future_seconds
         if clock is not None:
-            read, dropped = self._admit(self, batch, dead, deltas, clock + ahead, None, None)
+            read, dropped = self._admit(self, batch, dead, deltas, clock + ahead, None)
         else:
             read, dropped = self._admit_on_own_clock(batch, dead, deltas)
         count = self.input
@@ -163,25 +165,31 @@ class Pipeline:
         """Admit against the input's own clock: first what is not ahead of the clock so
         far, then, once the batch's own time is known, what was set aside."""
         ahead = self.settings.max_future_seconds
+        if self.clock == float("-inf"):  # the first batch: its time read off its bytes
+            self.clock = _rank(_stated_times(batch), [])
         aside: list[tuple[int, float]] = []
-        times: list[float] = []
-        read, dropped = self._admit(self, batch, dead, deltas, self.clock + ahead, aside, times)
+        folded = self.input["folded"]
+        read, dropped = self._admit(self, batch, dead, deltas, self.clock + ahead, aside)
         # The batch's own time, with the newest traces kept before it (so a last, small
         # batch holding a bad clock is judged against the ones before it).
-        sample = [*times, *(ts for _, ts in aside), *self._newest_kept]
-        if sample:
-            rank = (max(CLOCK_RANK, len(sample) // 100) if len(sample) >= 2 * CLOCK_RANK
-                    else (len(sample) + 1) // 2)
-            self.clock = max(self.clock, heapq.nlargest(rank, sample)[-1])
+        kept = self._kept_times(self.input["folded"] - folded)
+        self.clock = max(self.clock, _rank([*kept, *(ts for _, ts in aside)],
+                                           self._newest_kept))
         if aside:
             later: list[tuple[int, Rejection]] = []
+            folded = self.input["folded"]
             more, more_dropped = self._admit(self, [batch[i] for i, _ in aside], later, deltas,
-                                             self.clock + ahead, None, times)
+                                             self.clock + ahead, None)
+            kept += self._kept_times(self.input["folded"] - folded)
             dead.extend((aside[j][0], rejection) for j, rejection in later)
             dead.sort(key=lambda item: item[0])
             read, dropped = read + more, dropped + more_dropped
-        self._newest_kept = heapq.nlargest(CLOCK_RANK, [*times, *self._newest_kept])
+        self._newest_kept = heapq.nlargest(CLOCK_RANK, [*kept, *self._newest_kept])
         return read, dropped
+
+    def _kept_times(self, n: int) -> list[float]:
+        """Event times of the last `n` traces kept (first sightings, newest first)."""
+        return [ts for ts, _ in itertools.islice(reversed(self.seen.order), n)]
 
     def feed_events(self, raws: Iterable[bytes], kind: str) -> list[tuple[int, Rejection]]:
         """Fold label (`kind="labels"`) or feedback (`"feedback"`) messages."""
@@ -256,6 +264,34 @@ class Pipeline:
         self.seen.expire(watermark)
         self.joiner.expire(watermark)
         self.joiner.forget(self.seen.refs)
+
+
+def _rank(times: list[float], before: list[float]) -> float:
+    """The input's own time: the CLOCK_RANK-th newest of `times` and the newest kept
+    `before` (1% of them over 800; more than half of them under 16); -inf for none."""
+    sample = [*times, *before]
+    if not sample:
+        return float("-inf")
+    rank = (max(CLOCK_RANK, len(sample) // 100) if len(sample) >= 2 * CLOCK_RANK
+            else (len(sample) + 1) // 2)
+    return heapq.nlargest(rank, sample)[-1]
+
+
+def _stated_times(batch: list[bytes]) -> list[float]:
+    """The event times a batch's messages state (`"ts"` read off the bytes, no decode;
+    unreadable ones left out): the clock before the first batch is admitted."""
+    times = []
+    for raw in batch:
+        at = raw.find(b'"ts"')
+        start = raw.find(b'"', raw.find(b":", at) + 1) + 1 if at >= 0 else 0
+        end = raw.find(b'"', start) if start > 0 else -1
+        try:
+            stamp = datetime.fromisoformat(raw[start:end].decode())
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if stamp.tzinfo is not None:
+            times.append(stamp.timestamp())
+    return times
 
 
 def _per_cell(table: Table, last: list[Exemplar | None]) -> dict[Slicing, Exemplar]:
