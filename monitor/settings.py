@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     slice_dimensions: Annotated[tuple[str, ...], NoDecode] = DEFAULT_DIMENSIONS
     slice_values_max: int = Field(default=50, ge=1, le=10_000)
     releases_max: int = Field(default=20, ge=1, le=1_000)
+    # An admitted release or slice value without traffic for this long (event time)
+    # leaves the admitted set, making room for a new one (ingest/slices.py).
+    release_idle_seconds: float = Field(default=86_400.0, gt=0)
     reasons: Annotated[tuple[str, ...], NoDecode] = KNOWN_REASONS
     missing_ids_max: int = Field(default=50, ge=1, le=10_000)
     # Kafka: where traces come from and where dead letters go.

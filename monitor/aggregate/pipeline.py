@@ -90,7 +90,7 @@ class Pipeline:
         self.settings = settings
         self.layout: Layout = from_settings(settings)
         self.slicer = slicer or Slicer(settings.slice_dimensions, settings.slice_values_max,
-                                       settings.releases_max)
+                                       settings.releases_max, settings.release_idle_seconds)
         self.admit_missing = admit_missing or Cap(settings.missing_ids_max)
         self.seen: Seen[TraceRef] = Seen(settings.trace_retention_seconds,
                                          settings.trace_retention_max)
@@ -248,6 +248,9 @@ class Pipeline:
         for window in closed:
             self.totals = self.totals.merge(window.table)
             self.recent[window.start] = window
+        if closed:
+            self.slicer.refresh(_volumes(self.layout, [w.table for w in closed]),
+                                self.windows.watermark)
         self.closed_count += len(closed)
         for start in sorted(self.recent)[:-RECENT_CLOSED]:
             del self.recent[start]
@@ -264,6 +267,20 @@ class Pipeline:
         self.seen.expire(watermark)
         self.joiner.expire(watermark)
         self.joiner.forget(self.seen.refs)
+
+
+def _volumes(layout: Layout, tables: list[Table]) -> Counter[tuple[str | None, str]]:
+    """Traces per (None, release) and (dimension, value) in `tables` (admission by
+    recent traffic, `Slicer.refresh`)."""
+    col = layout.counts["traces"]
+    volumes: Counter[tuple[str | None, str]] = Counter()
+    for table in tables:
+        counts = table.counts
+        for row, (release, dim, value) in enumerate(table.keys):
+            n = int(counts[row, col])
+            if n:
+                volumes[(None, release) if dim == TOTAL else (dim, value)] += n
+    return volumes
 
 
 def _rank(times: list[float], before: list[float]) -> float:

@@ -5,8 +5,8 @@ alone capped throughput at ~6k traces/s here). The worker swaps in a new `Snapsh
 after folding; at scrape time `Collector.collect()` turns it into metric families.
 
 Series are a budget: the monitor's own health and every release total are always
-exported; slice cells follow, in a stable order, until `series_budget` is reached; what
-did not fit is counted in `ragmon_series_dropped`. Label values come from capped sets
+exported; slice cells follow, busiest first, until `series_budget` is reached; what did
+not fit is counted in `ragmon_series_dropped`. Label values come from capped sets
 (releases, slice values, reasons, missing ids), so the budget is rarely the limit.
 """
 
@@ -67,8 +67,7 @@ class Collector(_Collector):
 def families(snap: Snapshot, budget: int) -> list[Metric]:
     """Metric families of a snapshot, slice cells only as far as the series budget allows."""
     fams = _Families(snap.layout, snap.exemplars)
-    totals = [k for k in sorted(snap.cells) if k[1] == TOTAL]
-    slices = [k for k in sorted(snap.cells) if k[1] != TOTAL]
+    totals, slices = _export_order(snap)
     for key in totals:
         fams.add_cell(key, snap.cells[key])
     dropped = 0
@@ -88,6 +87,15 @@ def families(snap: Snapshot, budget: int) -> list[Metric]:
     health.append(c.SERIES.of([((), series)]))
     health.append(c.SERIES_DROPPED.of([((), dropped)]))
     return fams.metrics() + health
+
+
+def _export_order(snap: Snapshot) -> tuple[list[CellKey], list[CellKey]]:
+    """Release totals and slices, each busiest first: when the budget is short, the
+    slices cut are the quietest, whatever their names (a flood of junk values or
+    releases, a trace or two each, cannot push a real release's slices out)."""
+    col = snap.layout.counts["traces"]
+    by_volume = sorted(snap.cells, key=lambda k: (-int(snap.cells[k].counts[col]), k))
+    return ([k for k in by_volume if k[1] == TOTAL], [k for k in by_volume if k[1] != TOTAL])
 
 
 class _Families:

@@ -1,12 +1,20 @@
 """Slice keys of a trace: configured dimensions, capped values, derived `query_length`.
 
-The key of a trace is `(release, ((dimension, value), ...))`. Each dimension admits a
-bounded number of distinct values (the cardinality budget at its source); later values
-become `other`. Keys repeat a lot, so they are cached by the trace's raw values.
+The key of a trace is `(release, ((dimension, value), ...))`. Releases and each
+dimension's values are admitted up to a bound (the cardinality budget at its source);
+values beyond it become `other`. Admission follows recent volume, not arrival order:
+when windows close, a value beyond the bound that had more traffic in them than an
+admitted one takes its place, and an admitted value idle for `idle_seconds` of event
+time leaves (`Cap.refresh`), so a flood of junk names cannot keep a real release out
+for good. Keys repeat a lot, so they are cached by the trace's raw values; keys holding
+`other` are not cached (each such trace is counted for admission) but interned, so a
+flood of distinct values does not cost a key per trace.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
 from typing import Final
 
 from monitor.ingest.contract import Trace
@@ -15,19 +23,28 @@ __all__ = ["Cap", "Slicer", "Slicing", "query_length"]
 
 Slicing = tuple[str, tuple[tuple[str, str], ...]]
 _CACHE_MAX: Final = 100_000
+_CANDIDATES_PER_PLACE: Final = 4  # values left out counted, per admitted place
+_PROMOTE_MIN: Final = 5  # traces a left-out value needs between refreshes to be admitted
 
 
 class Cap:
-    """Admits the first `limit` distinct values of a label; later ones become `other`.
+    """Admits up to `limit` distinct values of a label; the others become `other`.
 
     This is the cardinality budget at its source: an attacker sending 10^5 distinct
     slice values raises `overflowed`, not the number of cells or exported series.
+    Which values hold the places follows recent traffic (`refresh`); `candidates` counts
+    the traces of values left out since the last refresh (bounded: the fewest-counted
+    are forgotten first when it is full).
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, idle_seconds: float = float("inf")) -> None:
         self.limit = limit
+        self.idle_seconds = idle_seconds
         self.admitted: set[str] = set()
+        self.last_active: dict[str, float] = {}  # event time of an admitted value's traffic
+        self.candidates: Counter[str] = Counter()
         self.overflowed = 0
+        self.replaced = 0  # admitted values that left for busier or after being idle
 
     def __call__(self, value: str) -> str:
         if value in self.admitted:
@@ -36,7 +53,43 @@ class Cap:
             self.admitted.add(value)
             return value
         self.overflowed += 1
+        candidates = self.candidates
+        if value in candidates or len(candidates) < _CANDIDATES_PER_PLACE * self.limit:
+            candidates[value] += 1
+        else:  # full: the rarest make room (Misra-Gries-like; heavy hitters stay)
+            for rare, _ in candidates.most_common()[-self.limit:]:
+                del candidates[rare]
+            candidates[value] = 1
         return "other"
+
+    def refresh(self, volume: Mapping[str, int], now: float) -> set[str]:
+        """After windows closed: `volume` is the traces per admitted value in them, `now`
+        the event time. Values idle for `idle_seconds` leave; a value left out with more
+        traces since the last refresh than an admitted one had takes its place (at
+        least `_PROMOTE_MIN` of them). Returns the values that left."""
+        for value, traces in volume.items():
+            if traces and value in self.admitted:
+                self.last_active[value] = now
+        for value in self.admitted:
+            self.last_active.setdefault(value, now)
+        gone = {v for v in self.admitted if self.last_active[v] < now - self.idle_seconds}
+        self.admitted -= gone
+        for candidate, traces in self.candidates.most_common():
+            if traces < _PROMOTE_MIN:
+                break
+            if len(self.admitted) >= self.limit:
+                weakest = min(self.admitted, key=lambda v: (volume.get(v, 0), v))
+                if volume.get(weakest, 0) >= traces:
+                    break
+                self.admitted.discard(weakest)
+                gone.add(weakest)
+            self.admitted.add(candidate)
+            self.last_active[candidate] = now
+        for value in gone:
+            self.last_active.pop(value, None)
+        self.replaced += len(gone)
+        self.candidates.clear()
+        return gone
 
 
 def query_length(tokens: int) -> str:
@@ -47,14 +100,16 @@ def query_length(tokens: int) -> str:
 class Slicer:
     """The (release, ((dimension, value), ...)) key of a trace: configured, capped, derived."""
 
-    def __init__(self, dimensions: tuple[str, ...], values_max: int, releases_max: int) -> None:
+    def __init__(self, dimensions: tuple[str, ...], values_max: int, releases_max: int,
+                 idle_seconds: float = float("inf")) -> None:
         self.dimensions = dimensions
-        self.releases = Cap(releases_max)
-        self.values = {dim: Cap(values_max) for dim in dimensions}
+        self.releases = Cap(releases_max, idle_seconds)
+        self.values = {dim: Cap(values_max, idle_seconds) for dim in dimensions}
         # Keyed by (release, query length, *values of `dimensions`), as `keys` builds it;
         # the compiled admission (monitor/aggregate/_admission.pyx, `_raw_key`) looks keys
         # up here too.
         self.cache: dict[tuple[str | None, ...], Slicing] = {}
+        self._interned: dict[Slicing, Slicing] = {}  # keys holding `other`, one object each
 
     def keys(self, trace: Trace) -> Slicing:
         get = trace.slice.get
@@ -65,10 +120,29 @@ class Slicer:
         if key is None:
             overflowed = self.overflowed
             key = self._compute(trace)
-            # Keys that overflowed a cap are not cached, so every such trace is counted.
-            if self.overflowed == overflowed and len(self.cache) < _CACHE_MAX:
-                self.cache[raw] = key
+            if self.overflowed == overflowed:
+                if len(self.cache) < _CACHE_MAX:
+                    self.cache[raw] = key
+            else:  # not cached, so every such trace is counted; interned, not copied
+                if len(self._interned) >= _CACHE_MAX:
+                    self._interned.clear()
+                key = self._interned.setdefault(key, key)
         return key
+
+    def refresh(self, volumes: Mapping[tuple[str | None, str], int], now: float) -> None:
+        """Admission by recent traffic (`Cap.refresh`), from the traces per (None,
+        release) and (dimension, value) of the windows that just closed; cached keys of
+        values that left are dropped."""
+        gone: set[tuple[str | None, str]] = set()
+        releases = {value: n for (dim, value), n in volumes.items() if dim is None}
+        gone.update((None, r) for r in self.releases.refresh(releases, now))
+        for dim, cap in self.values.items():
+            values = {value: n for (d, value), n in volumes.items() if d == dim}
+            gone.update((dim, v) for v in cap.refresh(values, now))
+        if gone:
+            self.cache = {raw: key for raw, key in self.cache.items()
+                          if not _holds(key, gone)}
+            self._interned.clear()
 
     def _compute(self, trace: Trace) -> Slicing:
         pairs = []
@@ -88,3 +162,9 @@ class Slicer:
     @property
     def overflowed(self) -> int:
         return self.releases.overflowed + sum(cap.overflowed for cap in self.values.values())
+
+
+def _holds(key: Slicing, gone: set[tuple[str | None, str]]) -> bool:
+    """Whether a slicing holds a release (None, name) or a (dimension, value) in `gone`."""
+    release, pairs = key
+    return (None, release) in gone or any(pair in gone for pair in pairs)

@@ -119,7 +119,7 @@ class States:
         self.held: dict[int, PartitionState] = {}
         # Shared by every partition's pipeline: one value maps to `other` everywhere.
         self.slicer = Slicer(settings.slice_dimensions, settings.slice_values_max,
-                             settings.releases_max)
+                             settings.releases_max, settings.release_idle_seconds)
         self.admit_missing = Cap(settings.missing_ids_max)
 
     def restore(self, partition: int, blob: bytes | None,
