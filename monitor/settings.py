@@ -143,6 +143,9 @@ class Settings(BaseSettings):
     min_reference_traces: int = Field(default=200, ge=10)
     false_alarm_days: float = Field(default=30.0, gt=0)
     false_alarm_days_by_family: dict[str, float] = Field(default_factory=dict)
+    # Per slice dimension, the only values it may take (file only); others become
+    # `other`. For dimensions whose values a producer should not be able to invent.
+    slice_values_allowed: dict[str, list[str]] = Field(default_factory=dict)
     alarm_hold_windows: int = Field(default=30, ge=1)
     topic_references: str = "ragmon.references"
     # Self-tracing: the standard OpenTelemetry switch (the SDK reads OTEL_EXPORTER_OTLP_*).

@@ -102,3 +102,14 @@ def test_a_value_flood_costs_no_slicing_per_trace():
     fold(pipeline, [trace(i, LEGIT[0], i * 0.001, f"lang-{i}") for i in range(20_000)])
     slicings = {id(ref.slicing) for ref in pipeline.seen.refs.values()}
     assert len(slicings) <= 10 and pipeline.slicer.overflowed >= 19_000
+
+
+def test_a_dimension_can_be_restricted_to_known_values(tmp_path):
+    path = tmp_path / "ragmon.json"
+    path.write_text(json.dumps({"slice_dimensions": ["language"],
+                                "slice_values_allowed": {"language": ["en", "de"]}}))
+    pipeline = Pipeline(load(str(path)))
+    fold(pipeline, [trace(i, LEGIT[0], i, lang) for i, lang in
+                    enumerate(["en", "de", "tok_live_51H8", "fr", "en"])])
+    values = {key[2] for key in pipeline.merged().keys if key[1] == "language"}
+    assert values == {"en", "de", "other"} and pipeline.slicer.overflowed == 0

@@ -27,7 +27,8 @@ from monitor.ingest.parse import Accepted, Rejection, parse
 from monitor.ingest.slices import Cap, Slicer, Slicing
 from monitor.settings import Settings
 
-__all__ = ["CLOCK_RANK", "INPUT_COUNTERS", "RECENT_CLOSED", "Closed", "Counters", "Pipeline"]
+__all__ = ["CLOCK_RANK", "INPUT_COUNTERS", "RECENT_CLOSED", "Closed", "Counters", "Pipeline",
+           "slicer_of"]
 
 _SLICINGS_CACHED: Final = 10_000
 # The input's own clock (`Pipeline.feed` without a clock) is the CLOCK_RANK-th newest
@@ -77,6 +78,13 @@ class Counters(NamedTuple):
                         {kind: dict(counts) for kind, counts in events.items()})
 
 
+def slicer_of(settings: Settings) -> Slicer:
+    """The slicer `settings` describe (one per worker: its partitions share it)."""
+    return Slicer(settings.slice_dimensions, settings.slice_values_max,
+                  settings.releases_max, settings.release_idle_seconds,
+                  settings.slice_values_allowed)
+
+
 class Pipeline:
     """Stateful fold of decision traces, labels and feedback into window statistics."""
 
@@ -89,8 +97,7 @@ class Pipeline:
         self._admit = admitter(compiled)
         self.settings = settings
         self.layout: Layout = from_settings(settings)
-        self.slicer = slicer or Slicer(settings.slice_dimensions, settings.slice_values_max,
-                                       settings.releases_max, settings.release_idle_seconds)
+        self.slicer = slicer or slicer_of(settings)
         self.admit_missing = admit_missing or Cap(settings.missing_ids_max)
         self.seen: Seen[TraceRef] = Seen(settings.trace_retention_seconds,
                                          settings.trace_retention_max)

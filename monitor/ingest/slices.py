@@ -14,7 +14,7 @@ flood of distinct values does not cost a key per trace.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 from monitor.ingest.contract import Trace
@@ -101,8 +101,12 @@ class Slicer:
     """The (release, ((dimension, value), ...)) key of a trace: configured, capped, derived."""
 
     def __init__(self, dimensions: tuple[str, ...], values_max: int, releases_max: int,
-                 idle_seconds: float = float("inf")) -> None:
+                 idle_seconds: float = float("inf"),
+                 allowed: Mapping[str, Iterable[str]] | None = None) -> None:
         self.dimensions = dimensions
+        # Dimensions restricted to known values: any other value is `other` (not counted
+        # as overflow: it is not a value that could be admitted).
+        self.allowed = {dim: frozenset(values) for dim, values in (allowed or {}).items()}
         self.releases = Cap(releases_max, idle_seconds)
         self.values = {dim: Cap(values_max, idle_seconds) for dim in dimensions}
         # Keyed by (release, query length, *values of `dimensions`), as `keys` builds it;
@@ -155,7 +159,11 @@ class Slicer:
                 raw = trace.slice.get(dim)
                 if raw is None:
                     continue
-                value = self.values[dim](raw)
+                known = self.allowed.get(dim)
+                if known is None:
+                    value = self.values[dim](raw)
+                else:
+                    value = raw if raw in known else "other"
             pairs.append((dim, value))
         return self.releases(trace.system.release), tuple(pairs)
 

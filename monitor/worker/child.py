@@ -24,10 +24,10 @@ from typing import Any, NamedTuple
 
 from monitor import memory
 from monitor.aggregate import checkpoint
-from monitor.aggregate.pipeline import Pipeline
+from monitor.aggregate.pipeline import Pipeline, slicer_of
 from monitor.export.snapshot import Local, local_of
 from monitor.ingest.parse import Rejection, unparsed_payload
-from monitor.ingest.slices import Cap, Slicer
+from monitor.ingest.slices import Cap
 from monitor.settings import Settings
 
 __all__ = [
@@ -118,8 +118,7 @@ class States:
         self.settings = settings
         self.held: dict[int, PartitionState] = {}
         # Shared by every partition's pipeline: one value maps to `other` everywhere.
-        self.slicer = Slicer(settings.slice_dimensions, settings.slice_values_max,
-                             settings.releases_max, settings.release_idle_seconds)
+        self.slicer = slicer_of(settings)
         self.admit_missing = Cap(settings.missing_ids_max)
 
     def restore(self, partition: int, blob: bytes | None,
