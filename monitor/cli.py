@@ -13,7 +13,7 @@ from typing import IO, Any
 from monitor import memory
 from monitor.aggregate.pipeline import Pipeline
 from monitor.broker import BrokerNotInstalled
-from monitor.ingest.parse import Rejection
+from monitor.ingest.parse import Rejection, payload_form
 from monitor.offline import analyze
 from monitor.offline import terminal as render
 from monitor.offline.files import (
@@ -382,6 +382,7 @@ def _write_dead(dlq: IO[str] | None, path: str, numbers: list[int],
             "detail": rejection.detail,
             "source": path,
             "line": numbers[index],
+            "payload_form": payload_form(rejection.payload),
             "payload": rejection.payload.decode("utf-8", errors="replace"),
         }
         dlq.write(json.dumps(record, ensure_ascii=False) + "\n")

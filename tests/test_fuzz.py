@@ -2,7 +2,9 @@
 
 Hypothesis draws a valid trace and a random generator per example; each example then
 derives a batch of mutants (truncations, deletions, wrong types, huge and non-finite
-numbers, control characters, deep nesting, content fields, oversized fields, garbage).
+numbers, control characters, deep nesting, content fields, oversized fields, garbage)
+and of its bytes (other encodings and byte order marks, invalid UTF-8, escapes and lone
+surrogates in values and keys, raw NUL and control bytes).
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ def _set(obj: Any, path: tuple[Any, ...], value: Any, delete: bool = False) -> N
 
 def mutate(trace: dict[str, Any], rng: random.Random) -> bytes:
     t = json.loads(json.dumps(trace))
-    kind = rng.randrange(10)
+    kind = rng.randrange(15)
+    if kind >= 10:
+        return _mutate_bytes(t, kind, rng)
     paths = _paths(t)
     if kind == 0 and paths:
         _set(t, rng.choice(paths), None, delete=True)
@@ -88,6 +92,39 @@ def mutate(trace: dict[str, Any], rng: random.Random) -> bytes:
         ids = b",".join([b'"' + b"c" * 300 + b'"'] * rng.randrange(1, 1000))
         return json.dumps(t)[:-1].encode() + b', "retrieval": {"chunk_ids": [' + ids + b"]}}"
     return json.dumps(t, allow_nan=True).encode()
+
+
+_ENCODINGS = ("utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be",
+              "utf-8-sig")
+_INVALID_UTF8 = (b"\xc0\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x80", b"\xff",
+                 b"\xc3", b"\xe2\x82", b"\xf8\x88\x80\x80\x80")
+_ESCAPES = ("\\ud800", "\\udfff", "\\ud83d\\ude00", "\\u0000", "\\u001f", "\\ufeff",
+            "\\uffff", "\\/", "\\\\", '\\"', "\\n")
+
+
+def _mutate_bytes(t: dict[str, Any], kind: int, rng: random.Random) -> bytes:
+    """Mutants of the message's bytes rather than its values."""
+    if rng.random() < 0.3:
+        containers = [p for p in _paths(t) if isinstance(_get(t, p), dict)] or [()]
+        _get(t, rng.choice(containers))[rng.choice(sorted(CONTENT_FIELDS))] = SECRET
+    text = json.dumps(t, ensure_ascii=rng.random() < 0.5)
+    if kind == 10:  # another encoding, or a byte order mark
+        return text.encode(rng.choice(_ENCODINGS))
+    raw = text.encode()
+    at = rng.randrange(len(raw) + 1)
+    if kind == 11:  # invalid UTF-8 anywhere (inside a string or between tokens)
+        return raw[:at] + rng.choice(_INVALID_UTF8) + raw[at:]
+    if kind == 12:  # an escape, a lone surrogate among them, inside a string value
+        quotes = [i for i in range(len(raw)) if raw[i:i + 3] == b'": '
+                  and raw[i + 3:i + 4] == b'"'] or [0]
+        spot = rng.choice(quotes) + 4
+        return raw[:spot] + rng.choice(_ESCAPES).encode() + raw[spot:]
+    if kind == 13:  # a key spelled with an escape (\u0073chema, \u0071uestion, ...)
+        keys = [i for i in range(len(raw)) if raw[i:i + 1] == b'"' and raw[i + 1:i + 2].isalpha()
+                and b'":' in raw[i:i + 40]] or [0]
+        spot = rng.choice(keys) + 1
+        return raw[:spot] + b"\\u%04x" % raw[spot] + raw[spot + 1:]
+    return raw[:at] + rng.choice([b"\x00", b"\x01", b"\x1f", b"\x7f", b"\t", b"\r\n"]) + raw[at:]
 
 
 def _get(obj: Any, path: tuple[Any, ...]) -> Any:

@@ -444,5 +444,9 @@ def test_the_hostile_corpus_is_accounted_for_and_leaks_no_content(broker, worker
     dead = read_dlq(settings.bootstrap_servers, settings.topic_dlq, letters)
     assert len(dead) == letters
     assert not [r for r in dead if MARKER.encode() in r.value]
+    forms = Counter(dict(r.headers)["ragmon.payload"] for r in dead)
+    assert set(forms) == {b"stripped", b"unparsed"}
+    assert all(r.value.startswith(b'{"unparsed":') == (dict(r.headers)["ragmon.payload"]
+                                                       == b"unparsed") for r in dead)
     with urllib.request.urlopen(f"http://127.0.0.1:{worker}/metrics", timeout=5) as page:
         assert MARKER.encode() not in page.read()

@@ -25,7 +25,8 @@ from monitor.ingest.contract import CONTENT_FIELDS, Event, Feedback, Label, Trac
 from monitor.ingest.parts import Unusual, decode_trace
 from monitor.ingest.rules import problem
 
-__all__ = ["REASONS", "Accepted", "Rejection", "parse", "strip_content", "unparsed_payload"]
+__all__ = ["REASONS", "Accepted", "Rejection", "parse", "payload_form", "strip_content",
+           "unparsed_payload"]
 
 REASONS: Final = (
     "not_json",
@@ -325,6 +326,12 @@ def _reject_unparsed(reason: str, detail: str, raw: bytes) -> Rejection:
     dead letter holds none of them: only their length and hash (`unparsed_payload`)."""
     dropped = len(_CONTENT_KEY.findall(raw)) if len(raw) <= 1 << 20 else 0
     return Rejection(reason, detail, unparsed_payload(raw), dropped)
+
+
+def payload_form(payload: bytes) -> str:
+    """What a dead letter's payload is: `unparsed` (size and hash only) or `stripped`
+    (the fields its schema knows, content and unknown fields left out)."""
+    return "unparsed" if payload.startswith(b'{"unparsed":') else "stripped"
 
 
 def unparsed_payload(raw: bytes) -> bytes:

@@ -159,11 +159,9 @@ class Slicer:
                 raw = trace.slice.get(dim)
                 if raw is None:
                     continue
-                known = self.allowed.get(dim)
-                if known is None:
-                    value = self.values[dim](raw)
-                else:
-                    value = raw if raw in known else "other"
+                known = self.allowed.get(dim)  # an allow-list, or admission by the cap
+                value = self.values[dim](raw) if known is None else (
+                    raw if raw in known else "other")
             pairs.append((dim, value))
         return self.releases(trace.system.release), tuple(pairs)
 

@@ -42,7 +42,7 @@ from monitor.detect.drift import Drift, DriftConfig, DriftView
 from monitor.detect.watch import Watch, to_record
 from monitor.export.collector import Collector
 from monitor.export.snapshot import Health, Local, snapshot_from
-from monitor.ingest.parse import Rejection
+from monitor.ingest.parse import Rejection, payload_form
 from monitor.settings import Settings
 from monitor.worker import telemetry, topics, upkeep
 from monitor.worker.batches import Batches
@@ -224,6 +224,7 @@ class Worker:
         headers = {
             "ragmon.reason": rejection.reason.encode(),
             "ragmon.detail": rejection.detail.encode()[:512],
+            "ragmon.payload": payload_form(rejection.payload).encode(),
             "ragmon.source.topic": str(message.topic).encode(),
             "ragmon.source.partition": str(message.partition).encode(),
             "ragmon.source.offset": str(message.offset).encode(),
