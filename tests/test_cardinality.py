@@ -87,8 +87,11 @@ def test_a_flood_of_junk_releases_and_values_keeps_the_real_ones_counted_and_exp
     collector = Collector(budget=5_000)
     registry.register(collector)
     collector.current = snapshot_of([pipeline], Health())
-    samples = [s for family in text_string_to_metric_families(generate_latest(registry).decode())
-               for s in family.samples if s.name == "ragmon_traces_total"]
+    every = [s for family in text_string_to_metric_families(generate_latest(registry).decode())
+             for s in family.samples]
+    samples = [s for s in every if s.name == "ragmon_traces_total"]
+    [replaced] = [s.value for s in every if s.name == "ragmon_slice_values_replaced_total"]
+    assert replaced >= 1  # a junk release gave its place to 2027.1.1
     exported = {(s.labels["release"], s.labels["dimension"], s.labels["value"]) for s in samples}
     for release in (*LEGIT, "2027.1.1"):
         assert (release, "all", "all") in exported

@@ -54,7 +54,10 @@ cdef object _clean(bytes raw, Py_ssize_t max_bytes):
     accept as is, else None."""
     cdef Py_ssize_t n = len(raw)
     cdef list fields
-    if n > max_bytes or memchr(<const char*>raw, 92, n) != NULL or not raw.startswith(_PREFIX):
+    # A backslash (escapes) or a DEL byte (a control character JSON lets be raw): parse's
+    # slow path decides, as `ingest.parse` routes them.
+    if (n > max_bytes or memchr(<const char*>raw, 92, n) != NULL
+            or memchr(<const char*>raw, 127, n) != NULL or not raw.startswith(_PREFIX)):
         return None
     try:
         # parts.decode_trace, with the parts' cache lookups in C.

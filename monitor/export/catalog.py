@@ -149,6 +149,9 @@ SERIES_BUDGET: Final = Family("ragmon_series_budget", "gauge",
                               "The configured ceiling of exported series.")
 SLICE_VALUES_OVERFLOWED: Final = Family("ragmon_slice_values_overflowed", "counter",
                                         "Label values mapped to other by caps.")
+SLICE_VALUES_REPLACED: Final = Family(
+    "ragmon_slice_values_replaced", "counter", "Admitted releases and slice values that gave "
+    "their place up: to a busier one left out, or after release_idle_seconds without traffic.")
 SERIES: Final = Family("ragmon_series", "gauge", "Series in this scrape.")
 SERIES_DROPPED: Final = Family("ragmon_series_dropped", "gauge",
                                "Slice cells left out by the series budget.")
@@ -200,7 +203,7 @@ FAMILIES: Final = (
     DLQ_PRODUCED, LAST_EVENT, WATERMARK_LAG, PARTITIONS_OWNED, BATCH_SECONDS, BATCHES,
     REDELIVERED_SKIPPED, CHECKPOINTS, STATE_RECORD_BYTES, STATE_MAX_BYTES, STATE_LOST,
     WINDOWS_SKIPPED, RELEASES_OWNED, WORKER_ERRORS, SERIES_BUDGET, SLICE_VALUES_OVERFLOWED,
-    SERIES, SERIES_DROPPED,
+    SLICE_VALUES_REPLACED, SERIES, SERIES_DROPPED,
     DRIFT_STATISTIC, DRIFT_THRESHOLD, DRIFT_ALARM, DRIFT_INSUFFICIENT, DRIFT_ALARMS,
     DRIFT_DISTANCE, reference_info(()), REFERENCE_TRACES, RECALIBRATION_REQUIRED,
     REFERENCE_BUCKETS,

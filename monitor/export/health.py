@@ -68,6 +68,7 @@ def health(snap: Snapshot, budget: int) -> list[Metric]:
         c.WORKER_ERRORS.of([((), h.errors)]),
         c.SERIES_BUDGET.of([((), budget)]),
         c.SLICE_VALUES_OVERFLOWED.of([((), h.overflowed)]),
+        c.SLICE_VALUES_REPLACED.of([((), h.replaced)]),
     ]
 
 

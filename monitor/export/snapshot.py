@@ -42,6 +42,7 @@ class Health:
     watermark_lag: float = 0.0    # wall clock minus the newest event time
     watermark: float = 0.0        # the newest event time (from the pipelines)
     overflowed: int = 0           # label values mapped to other by caps (from the pipelines)
+    replaced: int = 0             # admitted values that left for busier ones or idle
 
 
 class Snapshot(NamedTuple):
@@ -67,6 +68,7 @@ class Local(NamedTuple):
     overflowed: int
     # (cell, decision) -> (otel trace id, event time, top_score) of a recent trace
     exemplars: Mapping[tuple[CellKey, str], tuple[str, float, float | None]]
+    replaced: int = 0  # admitted releases and slice values that gave their place up
 
 
 def local_of(pipelines: Sequence[Pipeline]) -> Local:
@@ -76,7 +78,8 @@ def local_of(pipelines: Sequence[Pipeline]) -> Local:
     slicers = {id(p.slicer): p.slicer for p in pipelines}.values()
     caps = {id(p.admit_missing): p.admit_missing for p in pipelines}.values()
     overflowed = sum(s.overflowed for s in slicers) + sum(c.overflowed for c in caps)
-    return Local(watermark, overflowed, _cell_exemplars(pipelines))
+    replaced = sum(s.replaced for s in slicers)
+    return Local(watermark, overflowed, _cell_exemplars(pipelines), replaced)
 
 
 def snapshot_of(pipelines: Sequence[Pipeline], health: Health,
@@ -100,7 +103,7 @@ def snapshot_from(layout: Layout, local: Local, health: Health,
                   drift: DriftView | None, cells: Table, counters: Counters) -> Snapshot:
     """A snapshot of merged `cells` and `counters` and of what `local` took."""
     health = dataclasses.replace(health, watermark=local.watermark,
-                                 overflowed=local.overflowed)
+                                 overflowed=local.overflowed, replaced=local.replaced)
     return Snapshot(layout, cells.cells(), counters.input, counters.rejected, counters.events,
                     health, drift, local.exemplars)
 

@@ -79,7 +79,7 @@ def parse(raw: bytes, max_bytes: int = 256 * 1024,
     """Decode and validate one message. `expect` narrows it to one event type (a topic's)."""
     if len(raw) > max_bytes:
         return _reject_unparsed("too_large", f"{len(raw)} bytes > limit {max_bytes}", raw)
-    if b"\\" in raw:
+    if b"\\" in raw or b"\x7f" in raw:  # escapes; DEL, the one control byte JSON lets be raw
         return _parse_slow(raw, expect)
     try:
         event = decode_trace(raw) if raw.startswith(TRACE_PREFIX) else _DECODER.decode(raw)
@@ -227,7 +227,8 @@ def _letter_form(fields: Any) -> Any:
                          else "<not a number>" for k, v in part.items()}
     part = out.get("slice")
     if isinstance(part, dict):
-        out["slice"] = {k: v if isinstance(v, str) and len(v) <= 64 else "<not a slice value>"
+        out["slice"] = {k: v if isinstance(v, str) and len(v) <= 64 and not _CONTROL.search(v)
+                        and not _CONTROL.search(k) else "<not a slice value>"
                         for k, v in part.items()}
     return _short_strings(out)
 

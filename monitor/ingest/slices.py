@@ -169,6 +169,10 @@ class Slicer:
     def overflowed(self) -> int:
         return self.releases.overflowed + sum(cap.overflowed for cap in self.values.values())
 
+    @property
+    def replaced(self) -> int:
+        return self.releases.replaced + sum(cap.replaced for cap in self.values.values())
+
 
 def _holds(key: Slicing, gone: set[tuple[str | None, str]]) -> bool:
     """Whether a slicing holds a release (None, name) or a (dimension, value) in `gone`."""
