@@ -19,7 +19,9 @@ from monitor.cli import main
 from monitor.export.collector import Collector, snapshot_of
 from monitor.export.snapshot import Health
 from monitor.ingest.parse import REASONS, Accepted, Rejection, parse
+from monitor.ingest.slices import Slicer
 from monitor.settings import load
+from monitor.simulate import Simulator
 
 CASES = corpus()
 NOW = time.time()
@@ -100,3 +102,39 @@ def test_replay_gives_the_same_reasons_and_writes_no_content(tmp_path):
     assert {k: v for k, v in doc["rejected_by_reason"].items() if v} == dict(expected)
     assert doc["input"]["read"] == len(messages)
     assert MARKER not in dlq.read_text() and MARKER not in out.read_text()
+
+
+class _Faulty(Slicer):
+    """A slicer with a planted fault (the one stand-in in this file): it raises for the
+    traces named boom-*, as a bug in any step of the admission would."""
+
+    def keys(self, trace):  # type: ignore[no-untyped-def]
+        if trace.trace_id.startswith("boom"):
+            raise RuntimeError(f"planted fault {MARKER}")
+        return super().keys(trace)
+
+
+@pytest.mark.parametrize("compiled", [True, False] if COMPILED else [False])
+def test_a_failure_while_admitting_a_message_sets_apart_that_message_only(compiled):
+    settings = load()
+    good = list(Simulator(seed=9, scenario="steady").traces(3000))
+    boom = [json.dumps({**json.loads(good[i]), "trace_id": f"boom-{i}",
+                        "slice": {"language": f"xx-{i}"}}).encode() for i in range(4)]
+    mixed = good[:]
+    for k, message in enumerate(boom):
+        mixed.insert(500 + 700 * k, message)
+    faulty = Pipeline(settings, slicer=_Faulty(settings.slice_dimensions, 50, 20),
+                      compiled=compiled)
+    clean = Pipeline(settings, compiled=compiled)
+    dead = [d for i in range(0, len(mixed), 1000)
+            for d in ((i + j, r) for j, r in faulty.feed(mixed[i:i + 1000], clock=NOW))]
+    for i in range(0, len(good), 1000):
+        clean.feed(good[i:i + 1000], clock=NOW)
+    assert [(i, r.reason) for i, r in dead] == [(500 + 700 * k, "worker_error")
+                                                 for k in range(4)]
+    assert all(MARKER not in r.detail and b"unparsed" in r.payload for _, r in dead)
+    counts = faulty.counters().input
+    assert counts["read"] == 3004 and counts["valid"] + counts["rejected"] == 3004
+    assert counts["folded"] == 3000 and faulty.counters().rejected == {"worker_error": 4}
+    a, b = faulty.merged(), clean.merged()
+    assert a.keys == b.keys and (a.counts[: len(a)] == b.counts[: len(b)]).all()

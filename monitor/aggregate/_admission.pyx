@@ -18,7 +18,7 @@ from libc.string cimport memchr
 
 import msgspec
 
-from monitor.aggregate.admission import CHUNK_TRACES, COMPONENTS_MAX, future
+from monitor.aggregate.admission import CHUNK_TRACES, COMPONENTS_MAX, failed, future
 from monitor.aggregate.joins import TraceRef
 from monitor.ingest.contract import CONTENT_FIELDS, Trace, to_json
 from monitor.ingest.parse import TRACE_PREFIX, Rejection, parse
@@ -128,46 +128,51 @@ def admit(pipe, list raws, list dead, list deltas, double limit, list aside):
     cdef tuple fields
     for index in range(n):
         raw = raws[index]
-        clean = _clean(raw, max_bytes)
-        fields_dropped = 0
-        if clean is None:
-            result = parse(raw, max_bytes, Trace)
-            fields_dropped = result.content_fields_dropped
-            if isinstance(result, Rejection):
+        try:  # everything that decides a message's fate, before anything is written
+            clean = _clean(raw, max_bytes)
+            fields_dropped = 0
+            if clean is None:
+                result = parse(raw, max_bytes, Trace)
+                fields_dropped = result.content_fields_dropped
+                if isinstance(result, Rejection):
+                    dropped += fields_dropped
+                    rejected_by_reason[result.reason] += 1
+                    dead.append((index, result))
+                    continue
+                trace = result.event
+                fields = _ASTUPLE(trace)
+            else:
+                trace, fields = clean
+            ts = fields[_TS].timestamp()
+            if ts > limit:  # the clock-bounded watermark: a bad clock cannot move it
+                if aside is not None:
+                    aside.append((index, ts))
+                    continue
                 dropped += fields_dropped
-                rejected_by_reason[result.reason] += 1
-                dead.append((index, result))
-                continue
-            trace = result.event
-            fields = _ASTUPLE(trace)
-        else:
-            trace, fields = clean
-        ts = fields[_TS].timestamp()
-        if ts > limit:  # the clock-bounded watermark: a bad clock cannot move it
-            if aside is not None:
-                aside.append((index, ts))
+                rejected_by_reason["future_timestamp"] += 1
+                dead.append((index, future(trace, limit)))
                 continue
             dropped += fields_dropped
-            rejected_by_reason["future_timestamp"] += 1
-            dead.append((index, future(trace, limit)))
-            continue
-        dropped += fields_dropped
-        trace_id = fields[_TRACE_ID]
-        if trace_id in refs:
-            duplicates += 1
-            continue
-        start = int(ts // size) * size
-        if start + size <= watermark - lateness:
-            late += 1
-            detail = f"window closed at watermark {watermark:.0f}"
-            dead.append((index, Rejection("late", detail, to_json(trace), 0)))
+            trace_id = fields[_TRACE_ID]
+            if trace_id in refs:
+                duplicates += 1
+                continue
+            start = int(ts // size) * size
+            if start + size <= watermark - lateness:
+                late += 1
+                detail = f"window closed at watermark {watermark:.0f}"
+                dead.append((index, Rejection("late", detail, to_json(trace), 0)))
+                continue
+            found = PyDict_GetItem(cache, _raw_key(fields, dimensions))
+            slicing = keys(trace) if found == NULL else <object>found
+            ref = TraceRef(start, slicing, fields[_DECISION])
+        except Exception as exc:  # a bug, not the input: this message alone is set apart
+            rejected_by_reason["worker_error"] += 1
+            dead.append((index, failed(raw, exc)))
             continue
         if ts > watermark:
             watermark = ts
             windows.watermark = ts
-        found = PyDict_GetItem(cache, _raw_key(fields, dimensions))
-        slicing = keys(trace) if found == NULL else <object>found
-        ref = TraceRef(start, slicing, fields[_DECISION])
         # Seen.first, inline (the trace_id is not in `refs`: checked above).
         refs[trace_id] = ref
         order_append((ts, trace_id))

@@ -27,14 +27,14 @@ from monitor.aggregate.joins import Delta, Joiner, TraceRef
 from monitor.aggregate.table import CellKey
 from monitor.aggregate.windows import Windows
 from monitor.ingest.contract import Components, System, Trace, to_json
-from monitor.ingest.parse import Rejection, parse
+from monitor.ingest.parse import Rejection, parse, unparsed_payload
 from monitor.ingest.slices import Slicer, Slicing
 from monitor.settings import Settings
 
 if TYPE_CHECKING:  # fold.py imports compiled.py, which imports this module
     from monitor.aggregate.fold import Exemplar, Folder
 
-__all__ = ["CHUNK_TRACES", "COMPONENTS_MAX", "Admitting", "Kept", "admit_python",
+__all__ = ["CHUNK_TRACES", "COMPONENTS_MAX", "Admitting", "Kept", "admit_python", "failed",
            "fold_chunk_python", "future"]
 
 # Kept traces are folded in chunks of this many: small enough that the decoded traces
@@ -124,39 +124,44 @@ def admit_python(pipe: Admitting, raws: list[bytes], dead: list[tuple[int, Rejec
     dropped = 0
     base = count["read"]
     for index, raw in enumerate(raws):
-        result = parse(raw, max_bytes, Trace)
-        if isinstance(result, Rejection):
-            dropped += result.content_fields_dropped
-            pipe.rejected_by_reason[result.reason] += 1
-            dead.append((index, result))
-            continue
-        trace = result.event
-        assert isinstance(trace, Trace)
-        ts = trace.ts.timestamp()
-        if ts > limit:  # the clock-bounded watermark: a bad clock cannot move it
-            if aside is not None:
-                aside.append((index, ts))
+        try:  # everything that decides a message's fate, before anything is written
+            result = parse(raw, max_bytes, Trace)
+            if isinstance(result, Rejection):
+                dropped += result.content_fields_dropped
+                pipe.rejected_by_reason[result.reason] += 1
+                dead.append((index, result))
+                continue
+            trace = result.event
+            assert isinstance(trace, Trace)
+            ts = trace.ts.timestamp()
+            if ts > limit:  # the clock-bounded watermark: a bad clock cannot move it
+                if aside is not None:
+                    aside.append((index, ts))
+                    continue
+                dropped += result.content_fields_dropped
+                pipe.rejected_by_reason["future_timestamp"] += 1
+                dead.append((index, future(trace, limit)))
                 continue
             dropped += result.content_fields_dropped
-            pipe.rejected_by_reason["future_timestamp"] += 1
-            dead.append((index, future(trace, limit)))
-            continue
-        dropped += result.content_fields_dropped
-        trace_id = trace.trace_id
-        if trace_id in refs:
-            count["duplicates"] += 1
-            continue
-        # The window rule of monitor/aggregate/windows.py, inline: this runs per message.
-        start = int(ts // size) * size
-        if start + size <= watermark - lateness:
-            count["late"] += 1
-            detail = f"window closed at watermark {watermark:.0f}"
-            dead.append((index, Rejection("late", detail, to_json(trace), 0)))
+            trace_id = trace.trace_id
+            if trace_id in refs:
+                count["duplicates"] += 1
+                continue
+            # The window rule of monitor/aggregate/windows.py, inline: this runs per message.
+            start = int(ts // size) * size
+            if start + size <= watermark - lateness:
+                count["late"] += 1
+                detail = f"window closed at watermark {watermark:.0f}"
+                dead.append((index, Rejection("late", detail, to_json(trace), 0)))
+                continue
+            slicing = keys(trace)
+            ref = TraceRef(start, slicing, trace.decision)
+        except Exception as exc:  # a bug, not the input: this message alone is set apart
+            pipe.rejected_by_reason["worker_error"] += 1
+            dead.append((index, failed(raw, exc)))
             continue
         if ts > watermark:
             watermark = windows.watermark = ts
-        slicing = keys(trace)
-        ref = TraceRef(start, slicing, trace.decision)
         seen.first(trace_id, ts, ref)
         if journal is not None:
             journal.append((trace_id, ts, ref))
@@ -168,6 +173,14 @@ def admit_python(pipe: Admitting, raws: list[bytes], dead: list[tuple[int, Rejec
             deltas.extend(joiner.on_trace(trace_id, ref))
     fold_chunk_python(pipe, chunk)
     return len(raws) - (len(aside) if aside else 0), dropped
+
+
+def failed(raw: bytes, exc: Exception) -> Rejection:
+    """The rejection of a message whose admission raised (`worker_error`): the error's
+    type only (its text could quote the message), the message as size and hash."""
+    return Rejection("worker_error", f"{type(exc).__name__} while admitting the message "
+                     "(a bug in ragmon: please report it with the source offset)",
+                     unparsed_payload(raw), 0)
 
 
 def future(trace: Trace, limit: float) -> Rejection:

@@ -46,6 +46,7 @@ REASONS: Final = (
     "bad_unicode",
     "future_timestamp",
     "bad_encoding",
+    "worker_error",
 )
 
 _CONTENT_KEY = re.compile(
