@@ -16,6 +16,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
 import msgspec
@@ -97,15 +98,22 @@ def parse(raw: bytes, max_bytes: int = 256 * 1024,
 
 def strip_content(obj: Any) -> tuple[Any, int]:
     """A copy of a JSON value without content fields at any depth, and how many were dropped."""
+    return _rebuild(obj, lambda key: key not in CONTENT_FIELDS, lambda leaf: leaf)
+
+
+def _rebuild(obj: Any, keep: Callable[[str], bool],
+             leaf: Callable[[Any], Any]) -> tuple[Any, int]:
+    """A copy of a JSON value without the keys `keep` refuses, each scalar through `leaf`;
+    and how many keys were left out. Iterative: adversarial nesting must not exhaust the
+    Python stack."""
     dropped = 0
     root: list[Any] = [None]
-    # Iterative walk: adversarial nesting must not exhaust the Python stack.
     stack: list[tuple[Any, Any, Any]] = [(obj, root, 0)]
     while stack:
         value, parent, key = stack.pop()
         if isinstance(value, dict):
             # Keys are placed now, values filled as the walk reaches them: order is kept.
-            copy: dict[str, Any] = {k: None for k in value if k not in CONTENT_FIELDS}
+            copy: dict[str, Any] = {k: None for k in value if keep(k)}
             dropped += len(value) - len(copy)
             stack.extend((value[k], copy, k) for k in copy)
             parent[key] = copy
@@ -114,7 +122,7 @@ def strip_content(obj: Any) -> tuple[Any, int]:
             stack.extend((v, items, i) for i, v in enumerate(value))
             parent[key] = items
         else:
-            parent[key] = value
+            parent[key] = leaf(value)
     return root[0], dropped
 
 
@@ -231,29 +239,14 @@ def _letter_form(fields: Any) -> Any:
         out["slice"] = {k: v if isinstance(v, str) and len(v) <= 64 and not _CONTROL.search(v)
                         and not _CONTROL.search(k) else "<not a slice value>"
                         for k, v in part.items()}
-    return _short_strings(out)
+    return _rebuild(out, lambda key: True, _shorten)[0]
 
 
-def _short_strings(value: Any) -> Any:
-    """`value` with strings over _LETTER_STRING_MAX characters replaced by their length
-    (iterative: any depth)."""
-    root: list[Any] = [None]
-    stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]
-    while stack:
-        item, parent, key = stack.pop()
-        if isinstance(item, dict):
-            copy: dict[Any, Any] = dict.fromkeys(item)
-            stack.extend((item[k], copy, k) for k in item)
-            parent[key] = copy
-        elif isinstance(item, list):
-            items: list[Any] = [None] * len(item)
-            stack.extend((v, items, i) for i, v in enumerate(item))
-            parent[key] = items
-        elif isinstance(item, str) and len(item) > _LETTER_STRING_MAX:
-            parent[key] = f"<{len(item)} characters>"
-        else:
-            parent[key] = item
-    return root[0]
+def _shorten(leaf: Any) -> Any:
+    """A string over _LETTER_STRING_MAX characters as a note of its length."""
+    if isinstance(leaf, str) and len(leaf) > _LETTER_STRING_MAX:
+        return f"<{len(leaf)} characters>"
+    return leaf
 
 
 def _dump(clean: Any) -> bytes:
