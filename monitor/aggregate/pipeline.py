@@ -146,9 +146,9 @@ class Pipeline:
         far are set aside until it is known), never going back. (So after a pause in
         the input longer than `max_future_seconds`, traces that resume in the last few
         lines of a batch, fewer than CLOCK_RANK, are refused as future: dead-lettered
-        and counted, never silently.) One pass per message
-        does only what decides its fate (`monitor/aggregate/admission.py`); the kept
-        traces are folded a chunk at a time."""
+        and counted, never silently.) One pass per message does only what decides its
+        fate (`monitor/aggregate/admission.py`); the kept traces are folded a chunk at a
+        time."""
         dead: list[tuple[int, Rejection]] = []
         deltas: list[Delta] = []
         batch = raws if isinstance(raws, list) else list(raws)
