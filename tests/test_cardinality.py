@@ -116,3 +116,27 @@ def test_a_dimension_can_be_restricted_to_known_values(tmp_path):
                     enumerate(["en", "de", "tok_live_51H8", "fr", "en"])])
     values = {key[2] for key in pipeline.merged().keys if key[1] == "language"}
     assert values == {"en", "de", "other"} and pipeline.slicer.overflowed == 0
+
+
+def test_replay_of_a_flood_reports_the_real_releases_and_the_new_one(tmp_path, monkeypatch):
+    """The same flood as a file through `ragmon replay` (the worker runs the same
+    admission: its pipelines share one slicer per process)."""
+    from monitor.cli import main
+
+    monkeypatch.setenv("RAGMON_SLICE_DIMENSIONS", "language")
+    monkeypatch.setenv("RAGMON_WINDOW_SECONDS", "60")
+    monkeypatch.setenv("RAGMON_ALLOWED_LATENESS_SECONDS", "0")
+    lines = [line for minute in range(3) for line in steady(minute)]
+    flood = [trace(i, f"0atk-{i:05d}", 180 + i * 0.01) for i in range(5_000)]
+    lines += sorted(flood + steady(3), key=lambda line: json.loads(line)["ts"])
+    lines += [line for minute in range(4, 10)
+              for line in steady(minute, releases=(*LEGIT, "2027.1.1"))]
+    path, out = tmp_path / "flood.jsonl", tmp_path / "summary.json"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    assert main(["replay", str(path), "--out", str(out), "--no-progress"]) == 0
+    releases = json.loads(out.read_text())["releases"]
+    for release in (*LEGIT, "2027.1.1"):
+        assert release in releases
+    # Admitted when the window its traffic started in closed: of its 1,800 traces (6
+    # windows of 300), at most that window's and the batch around it went to `other`.
+    assert 1_200 <= releases["2027.1.1"]["total"]["traces"] <= 1_800
