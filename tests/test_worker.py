@@ -18,6 +18,7 @@ import sys
 import time
 import urllib.request
 from collections import Counter
+from datetime import UTC, datetime
 
 import pytest
 from aiokafka import AIOKafkaConsumer
@@ -450,3 +451,28 @@ def test_the_hostile_corpus_is_accounted_for_and_leaks_no_content(broker, worker
                                                        == b"unparsed") for r in dead)
     with urllib.request.urlopen(f"http://127.0.0.1:{worker}/metrics", timeout=5) as page:
         assert MARKER.encode() not in page.read()
+
+
+def test_a_flood_of_junk_releases_does_not_keep_a_new_release_out(broker, worker):
+    """5,000 junk releases (named to sort first) flood the worker, then a new release
+    sends real traffic: it is admitted and exported under its own name (issue #22)."""
+    settings = broker.settings()
+    ensure_topics(settings)
+    base = json.loads(next(iter(Simulator(seed=11, scenario="steady").traces(1))))
+    now = time.time()
+
+    def at(i: int, release: str, seconds: float) -> bytes:
+        when = datetime.fromtimestamp(now - 900 + seconds, UTC).isoformat()
+        return json.dumps({**base, "trace_id": f"{release}-{i}", "system": {
+            **base["system"], "release": release},
+            "ts": when.replace("+00:00", "Z")}).encode()
+
+    produce(settings, settings.topic_decisions,
+            [at(i, f"0atk-{i:05d}", i * 0.02) for i in range(5_000)])
+    produce(settings, settings.topic_decisions,
+            [at(i, "2027.1.1", 120 + i * 0.2) for i in range(3_000)])
+    samples = wait_for(lambda: (s := scrape(worker)) and s.get(
+        ("ragmon_traces_total", (("decision", base["decision"]), ("dimension", "all"),
+                                 ("release", "2027.1.1"), ("value", "all"))), 0) > 0 and s,
+        timeout=120, what="the new release exported under its own name")
+    assert samples[("ragmon_slice_values_replaced_total", ())] >= 1
