@@ -140,3 +140,15 @@ def test_replay_of_a_flood_reports_the_real_releases_and_the_new_one(tmp_path, m
     # Admitted when the window its traffic started in closed: of its 1,800 traces (6
     # windows of 300), at most that window's and the batch around it went to `other`.
     assert 1_200 <= releases["2027.1.1"]["total"]["traces"] <= 1_800
+
+
+def test_candidates_promoted_together_do_not_displace_each_other():
+    cap = Cap(2)
+    cap("a"), cap("b")
+    for value, traces in (("x", 30), ("y", 20), ("z", 10)):
+        for _ in range(traces):
+            cap(value)
+    # a and b had no traffic: x and y (the busiest left out) take their places; z, with
+    # fewer than either, does not push y out again.
+    assert cap.refresh({"a": 0, "b": 0}, now=1) == {"a", "b"}
+    assert cap.admitted == {"x", "y"}

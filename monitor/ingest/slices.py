@@ -74,16 +74,20 @@ class Cap:
             self.last_active.setdefault(value, now)
         gone = {v for v in self.admitted if self.last_active[v] < now - self.idle_seconds}
         self.admitted -= gone
+        # Traffic since the last refresh: an admitted value's in the closed windows, a
+        # promoted candidate's as counted (so that it is not displaced by a smaller one).
+        recent = {v: volume.get(v, 0) for v in self.admitted}
         for candidate, traces in self.candidates.most_common():
             if traces < _PROMOTE_MIN:
                 break
             if len(self.admitted) >= self.limit:
-                weakest = min(self.admitted, key=lambda v: (volume.get(v, 0), v))
-                if volume.get(weakest, 0) >= traces:
+                weakest = min(self.admitted, key=lambda v: (recent[v], v))
+                if recent[weakest] >= traces:
                     break
                 self.admitted.discard(weakest)
                 gone.add(weakest)
             self.admitted.add(candidate)
+            recent[candidate] = traces
             self.last_active[candidate] = now
         for value in gone:
             self.last_active.pop(value, None)
