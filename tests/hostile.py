@@ -3,14 +3,18 @@ edge cases and of a public JSON parsing test suite (JSONTestSuite's y_/n_/i_ fam
 structure, numbers, strings and escapes, encodings, nesting), applied to a valid trace.
 
 `corpus()` returns (name, bytes) pairs; every one must become a valid event or a
-rejection with a reason, the same on both admission paths (tests/test_hostile.py).
+rejection with a reason, the same on both admission paths (tests/test_hostile.py). It
+ends with `public()`: the 340 files of JSONTestSuite itself (tests/data, MIT), each as a
+whole message and as the value of a content field of a valid trace.
 Content markers (`MARKER`) sit in a content field of many cases: they must never reach a
 dead letter, a metric or a state record.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+from pathlib import Path
 from typing import Any
 
 MARKER = "QWERTYSECRETMARKER"
@@ -176,4 +180,28 @@ def corpus() -> list[tuple[str, bytes]]:
     add(("schema missing", _dumps(_doc(616, schema=_DROP))))
     add(("system null", _dumps(_doc(617, system=None))))
     add(("slice list", _dumps(_doc(618, slice=["en"]))))
+    return cases + public()
+
+
+SUITE = Path(__file__).parent / "data" / "json-test-suite.json.gz"
+
+
+def suite() -> list[tuple[str, str]]:
+    """JSONTestSuite's test_parsing and test_transform files (name, text): y_ must be
+    accepted as JSON, n_ rejected, i_ either (tests/data/json-test-suite.LICENSE)."""
+    with gzip.open(SUITE, "rt", encoding="utf-8") as file:
+        data = json.load(file)
+    return [(case["name"], case["input"]) for case in data["parsing"] + data["transform"]]
+
+
+def public() -> list[tuple[str, bytes]]:
+    """Every file of the suite as a whole message and as the `question` of a valid trace
+    (whose `answer` holds the marker)."""
+    cases = []
+    for i, (name, text) in enumerate(suite()):
+        raw = text.encode("utf-8", "surrogatepass")
+        cases.append((f"suite whole: {name}", raw))
+        inside = _dumps(_doc(10_000 + i, question=_DROP))
+        cases.append((f"suite in question: {name}",
+                      inside.replace(b'"answer":', b'"question": ' + raw + b', "answer":', 1)))
     return cases

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import pickle
 import socket
@@ -9,6 +10,7 @@ import socket
 from conftest import assert_same
 
 from monitor.aggregate.pipeline import Pipeline
+from monitor.ingest.slices import Cap
 from monitor.offline.replay import build
 from monitor.settings import load as load_settings
 from monitor.simulate import Simulator
@@ -90,3 +92,49 @@ def test_the_child_serves_requests_and_exits_when_the_worker_goes():
         ours.close()  # as a kill -9 of the worker closes it
     child.join(timeout=60)
     assert child.exitcode == 0
+
+
+class _Faulty(Cap):
+    """A vocabulary of missing requirement ids with a planted fault (the one stand-in in
+    this file): it raises for the ids named boom-*, inside the column fold of a chunk,
+    after the traces before it in the chunk were added, as a bug in the fold would."""
+
+    def __call__(self, value: str) -> str:
+        if value.startswith("boom"):
+            raise RuntimeError(f"planted fault {value}")
+        return super().__call__(value)
+
+
+def test_a_failure_inside_the_fold_sets_apart_that_message_only():
+    settings = load_settings()
+    good = list(Simulator(seed=9, scenario="steady").traces(3000))
+    boom = [json.dumps({**json.loads(good[i]), "trace_id": f"boom-{i}",
+                        "requirements": {"expected": [f"boom-{i}"]}}).encode()
+            for i in range(4)]
+    mixed = good[:]
+    for k, message in enumerate(boom):
+        mixed.insert(500 + 700 * k, message)
+    faulty, clean = States(settings), States(settings)
+    faulty.admit_missing = _Faulty(settings.missing_ids_max)
+    dead, blobs = [], []
+    for states, messages in ((faulty, mixed), (clean, good)):
+        states.restore(0, None, [])
+        for first in range(0, len(messages), 1000):
+            group = _group(messages, first, min(first + 1000, len(messages)))
+            [folded], _, _ = states.fold("decisions", [group])
+            if states is faulty:
+                dead += [(first + i, r) for i, r in folded.dead]
+        blobs.append(folded.state)
+    assert [(i, r.reason) for i, r in dead] == [(500 + 700 * k, "worker_error")
+                                                 for k in range(4)]
+    assert all("boom" not in r.detail and b"unparsed" in r.payload for _, r in dead)
+    counts = faulty.held[0].pipeline.counters()
+    assert counts.input["read"] == 3004 and counts.rejected == {"worker_error": 4}
+    assert counts.input["valid"] + counts.input["rejected"] == 3004
+    assert counts.input["folded"] == 3000 and len(faulty.held[0].pipeline.seen) == 3000
+    a, b = faulty.held[0].pipeline.merged(), clean.held[0].pipeline.merged()
+    assert a.keys == b.keys and (a.counts[: len(a)] == b.counts[: len(b)]).all()
+    assert (a.sums[: len(a)] == b.sums[: len(b)]).all()
+    # The batch after the failure folds on from the rolled-back state, and a redelivery
+    # of what was folded is skipped, not counted twice.
+    assert faulty.fold("decisions", [_group(mixed, 0, 1000)]) == ([], [], 1000)

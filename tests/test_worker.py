@@ -28,6 +28,7 @@ from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 from prometheus_client.parser import text_string_to_metric_families
 
+from monitor.aggregate import checkpoint
 from monitor.broker import free_port
 from monitor.client import ensure_topics, produce
 from monitor.ingest.parse import Accepted, Rejection, parse
@@ -420,10 +421,10 @@ def test_future_dated_traces_do_not_blind_the_worker(broker, worker):
     assert {dict(r.headers)["ragmon.reason"] for r in dead} == {b"future_timestamp"}
 
 
-def test_the_hostile_corpus_is_accounted_for_and_leaks_no_content(broker, worker):
+def test_the_hostile_corpus_is_accounted_for_and_leaks_no_content(broker, worker, tmp_path):
     """Every message of tests/hostile.py through the worker: the same reasons as the
     pipeline gives them, read = valid + rejected, and the planted content in no dead
-    letter and no metric (issue #22)."""
+    letter, metric, log line, checkpoint or de-duplication segment (issue #22)."""
     from hostile import MARKER, corpus
 
     from monitor.aggregate.pipeline import Pipeline
@@ -451,6 +452,12 @@ def test_the_hostile_corpus_is_accounted_for_and_leaks_no_content(broker, worker
                                                        == b"unparsed") for r in dead)
     with urllib.request.urlopen(f"http://127.0.0.1:{worker}/metrics", timeout=5) as page:
         assert MARKER.encode() not in page.read()
+    assert MARKER.encode() not in (tmp_path / "worker.log").read_bytes()
+    for topic, seen in ((settings.topic_state, False), (settings.topic_seen, True)):
+        records = [r for r in read_dlq(settings.bootstrap_servers, topic, 1) if r.value]
+        assert records, topic
+        for record in records:
+            assert MARKER.encode() not in checkpoint.readable(record.value, seen=seen)
 
 
 def test_a_flood_of_junk_releases_does_not_keep_a_new_release_out(broker, worker):

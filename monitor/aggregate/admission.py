@@ -176,10 +176,10 @@ def admit_python(pipe: Admitting, raws: list[bytes], dead: list[tuple[int, Rejec
 
 
 def failed(raw: bytes, exc: Exception) -> Rejection:
-    """The rejection of a message whose admission raised (`worker_error`): the error's
-    type only (its text could quote the message), the message as size and hash."""
-    return Rejection("worker_error", f"{type(exc).__name__} while admitting the message "
-                     "(a bug in ragmon: please report it with the source offset)",
+    """The rejection of a message whose admission or fold raised (`worker_error`): the
+    error's type only (its text could quote the message), the message as size and hash."""
+    return Rejection("worker_error", f"{type(exc).__name__} while admitting or folding the "
+                     "message (a bug in ragmon: please report it with the source offset)",
                      unparsed_payload(raw), 0)
 
 

@@ -36,7 +36,7 @@ from monitor.ingest.slices import Cap, Slicer, Slicing
 from monitor.settings import Settings
 
 __all__ = ["Caps", "Partial", "Segment", "State", "WindowState", "decode", "dump", "dump_seen",
-           "encode", "expired", "load", "partial", "restore_seen"]
+           "encode", "expired", "load", "partial", "readable", "restore_seen"]
 
 _VERSION = 4
 # 1: no closed windows; 1-2: tables as plain dicts, all compressed; 1-3: zlib; 4: lz4
@@ -156,6 +156,24 @@ def decode(blob: bytes) -> State:
     if state.version not in _READS:
         raise ValueError(f"checkpoint version {state.version!r} is not one of {_READS}")
     return state
+
+
+def readable(blob: bytes, seen: bool = False) -> bytes:
+    """A checkpoint (or, with `seen`, a de-duplication segment) as JSON with every
+    compressed part expanded: what it holds, for a person or a test to read."""
+    if seen:
+        return msgspec.json.encode(_decoder.decode(_decompress(blob)))
+    state = decode(blob)
+
+    def expand(data: TableBytes) -> Any:
+        return _decoder.decode(_decompress(data)) if isinstance(data, bytes) else data
+
+    plain = msgspec.to_builtins(state, builtin_types=(bytes,))
+    plain["open"] = {start: expand(t) for start, t in state.open.items()}
+    plain["totals"] = expand(state.totals)
+    plain["recent"] = [[w.start, expand(w.table), w.components, w.last] for w in state.recent]
+    plain["pending"] = [raw.decode("utf-8", "replace") for raw in state.pending]
+    return msgspec.json.encode(plain)
 
 
 def load(settings: Settings, blob: bytes | None, slicer: Slicer | None = None,

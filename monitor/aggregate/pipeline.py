@@ -220,6 +220,15 @@ class Pipeline:
         self._apply(deltas)
         return dead
 
+    def set_apart(self, kind: str) -> None:
+        """Count one message of `kind` ("decisions", "labels", "feedback") whose fold
+        raised as read and rejected (`worker_error`; its caller dead-letters it)."""
+        if kind == "decisions":
+            self.input.update(read=1, rejected=1)
+            self.rejected_by_reason["worker_error"] += 1
+        else:
+            self.events[kind].update(read=1, rejected=1)
+
     def cells_of(self, slicing: Slicing) -> tuple[CellKey, ...]:
         """The cells a slicing feeds: its release total and one per slice pair."""
         keys = self._cell_keys.get(slicing)

@@ -18,15 +18,18 @@ from __future__ import annotations
 import pickle
 import socket
 import struct
+import sys
 import time
 import traceback
+from collections import deque
 from typing import Any, NamedTuple
 
 from monitor import memory
 from monitor.aggregate import checkpoint
+from monitor.aggregate.admission import failed
 from monitor.aggregate.pipeline import Pipeline, slicer_of
 from monitor.export.snapshot import Local, local_of
-from monitor.ingest.parse import Rejection, unparsed_payload
+from monitor.ingest.parse import Rejection
 from monitor.ingest.slices import Cap
 from monitor.settings import Settings
 
@@ -51,14 +54,16 @@ MESSAGE_LENGTH = struct.Struct(">Q")
 
 
 class PartitionState:
-    """One partition's pipeline, the last offset it applied from each source topic, and
-    the checkpointed segments of its de-duplication horizon."""
+    """One partition's pipeline, the last offset it applied from each source topic, the
+    checkpointed segments of its de-duplication horizon, and the checkpoint the pipeline
+    stands at (restored or last written: where a failed batch rolls back to)."""
 
     def __init__(self, pipeline: Pipeline, offsets: dict[str, int],
-                 segments: list[checkpoint.Segment]) -> None:
+                 segments: list[checkpoint.Segment], blob: bytes | None) -> None:
         self.pipeline = pipeline
         self.offsets = offsets
         self.segments = segments
+        self.blob = blob
 
 
 class Group(NamedTuple):
@@ -130,7 +135,7 @@ class States:
         pipeline.journal = []
         kept = checkpoint.restore_seen(pipeline, segments,
                                        offsets.get(self.settings.topic_decisions, -1))
-        self.held[partition] = PartitionState(pipeline, offsets, kept)
+        self.held[partition] = PartitionState(pipeline, offsets, kept, blob)
         return offsets, len(pipeline.seen)
 
     def fold(self, kind: str, groups: list[Group]) -> tuple[list[Folded], list[int], int]:
@@ -157,6 +162,55 @@ class States:
         return local_of([s.pipeline for _, s in sorted(self.held.items())]
                         or [Pipeline(self.settings, self.slicer, self.admit_missing)])
 
+    def _fold_raws(self, state: PartitionState, raws: list[bytes],
+                   kind: str) -> list[tuple[int, Rejection]]:
+        """Fold `raws` into `state`; if that raises, roll back and fold them one at a time,
+        so that the message whose fold raises is set apart alone (`worker_error`) and the
+        rest of the batch counts exactly once."""
+        clock = time.time()  # the ingest clock, the same for a batch and its retries
+        try:
+            return _feed(state.pipeline, raws, kind, clock)
+        except Exception as exc:
+            _log_failure(exc, f"folding a batch of {len(raws)} {kind}")
+        self._roll_back(state)
+        dead: list[tuple[int, Rejection]] = []
+        done: list[bytes | None] = []  # in order: folded fine, or set apart (None)
+        for index, raw in enumerate(raws):
+            try:
+                found = _feed(state.pipeline, [raw], kind, clock)
+            except Exception as exc:
+                _log_failure(exc, f"folding {kind} message {index} of the batch alone")
+                self._roll_back(state)
+                done.append(None)
+                for again in done:  # as before, from the same state: so again
+                    if again is None:
+                        state.pipeline.set_apart(kind)
+                    else:
+                        _feed(state.pipeline, [again], kind, clock)
+                dead.append((index, failed(raw, exc)))
+                continue
+            done.append(raw)
+            dead.extend((index, rejection) for _, rejection in found)
+        return dead
+
+    def _roll_back(self, state: PartitionState) -> None:
+        """Put `state`'s pipeline back where its last checkpoint left it: the tables and
+        counters from that checkpoint, the de-duplication horizon without the first
+        sightings since (what a restart from that checkpoint would hold; the open
+        windows' exemplars and version components are lost, as in a restart)."""
+        before = state.pipeline
+        pipeline, _ = checkpoint.load(self.settings, state.blob, self.slicer,
+                                      self.admit_missing)
+        since = {trace_id for trace_id, _, _ in before.journal or ()}
+        seen = before.seen
+        for trace_id in since:
+            seen.refs.pop(trace_id, None)
+        seen.order = deque(entry for entry in seen.order if entry[1] not in since)
+        pipeline.seen = seen
+        pipeline.joiner.forget(seen.refs)
+        pipeline.journal = []
+        state.pipeline = pipeline
+
     def _fold_group(self, kind: str, group: Group) -> tuple[Folded | None, int]:
         """What folding the group left to write (`None`: all applied), and how many of its
         offsets were already applied."""
@@ -167,7 +221,7 @@ class States:
         if not fresh:
             return None, skipped
         raws = [group.raws[i] for i in fresh]
-        dead = [(fresh[i], rejection) for i, rejection in _fold(state.pipeline, raws, kind)]
+        dead = [(fresh[i], rejection) for i, rejection in self._fold_raws(state, raws, kind)]
         state.offsets[group.topic] = max(group.offsets[i] for i in fresh)
         # Take the batch's first sightings and start a fresh journal (no copy).
         sightings = state.pipeline.journal or []
@@ -178,7 +232,7 @@ class States:
             segment = checkpoint.dump_seen(sightings, upto)
             state.segments.append(checkpoint.Segment(upto, max(ts for _, ts, _ in sightings),
                                                      len(sightings)))
-        blob = checkpoint.dump(state.pipeline, state.offsets)
+        blob = state.blob = checkpoint.dump(state.pipeline, state.offsets)
         state.segments, gone = checkpoint.expired(
             state.segments, state.pipeline.windows.watermark,
             self.settings.trace_retention_seconds, self.settings.trace_retention_max)
@@ -186,17 +240,22 @@ class States:
                       dict(state.offsets)), skipped
 
 
-def _fold(pipeline: Pipeline, raws: list[bytes], kind: str) -> list[tuple[int, Rejection]]:
-    try:
-        if kind == "decisions":
-            dead = pipeline.feed(raws, clock=time.time())  # the ingest clock
-            pipeline.close_ready()  # into totals; stage two detects on them (merge.py)
-            return dead
-        return pipeline.feed_events(raws, kind)
-    except Exception as exc:  # the one broad except: a bad batch must not stop the stream
-        traceback.print_exc()
-        return [(i, Rejection("worker_error", repr(exc)[:200], unparsed_payload(raw), 0))
-                for i, raw in enumerate(raws)]
+def _feed(pipeline: Pipeline, raws: list[bytes], kind: str,
+          clock: float) -> list[tuple[int, Rejection]]:
+    if kind == "decisions":
+        dead = pipeline.feed(raws, clock=clock)
+        pipeline.close_ready()  # into totals; stage two detects on them (merge.py)
+        return dead
+    return pipeline.feed_events(raws, kind)
+
+
+def _log_failure(exc: Exception, what: str) -> None:
+    """The traceback of a failed fold on stderr, without the exception's text (it could
+    quote a message's content): its type and where it was raised."""
+    frames = "".join(traceback.format_tb(exc.__traceback__))
+    print(f"ragmon states process: {what} raised {type(exc).__name__} (text withheld: it "
+          f"may quote input)\nTraceback (most recent call last):\n{frames}",
+          file=sys.stderr, flush=True)
 
 
 def answer(states: States, request: Request) -> Any:
