@@ -109,20 +109,26 @@ def overview() -> dict[str, Any]:
 
 def drift() -> dict[str, Any]:
     stream = f'{CELL},signal=~"$signal"'
+    total_stream = f'{TOTAL},signal=~"$signal"'
     board = _dashboard("ragmon-drift", "RAG decisions — drift", [
-        _panel("Statistic vs threshold", [
-            (f"ragmon_drift_statistic{{{stream}}}",
-             "{{release}} {{dimension}}={{value}} {{signal}} {{direction}}"),
-            (f"ragmon_drift_threshold{{{stream}}}",
-             "threshold {{release}} {{dimension}}={{value}} {{signal}} {{direction}}")],
+        _panel("Statistic vs threshold (release totals)", [
+            (f"ragmon_drift_statistic{{{total_stream}}}",
+             "{{release}} {{signal}} {{direction}}"),
+            (f"ragmon_drift_threshold{{{total_stream}}}",
+             "threshold {{release}} {{signal}} {{direction}}")],
             width=24),
+        _panel("Drift score (statistic / threshold; slices from 0.5)", [
+            (f"ragmon_drift_score{{{stream}}}",
+             "{{release}} {{dimension}}={{value}} {{signal}} {{direction}}")], width=24),
         _panel("Alarms now", [(f"ragmon_drift_alarm{{{stream}}} == 1",
                                "{{release}} {{dimension}}={{value}} {{signal}} {{direction}}")],
                kind="table"),
         _panel("Slices ranked by drift (statistic / threshold)", [(
-            f'topk(20, ragmon_drift_statistic{{{REL},signal=~"$signal"}} '
-            f'/ ragmon_drift_threshold{{{REL},signal=~"$signal"}})',
+            f'topk(20, ragmon_drift_score{{{REL},dimension!="all",signal=~"$signal"}})',
             "{{release}} {{dimension}}={{value}} {{signal}} {{direction}}")], kind="table"),
+        _panel("Streams by status (armed: ok or alarm)", [(
+            f"sum by (release, status) (ragmon_drift_streams{{{REL}}})",
+            "{{release}} {{status}}")], kind="table"),
         _panel("Current vs reference distribution (cumulative share, release total)", [
             (f'sum by (release, signal, le) (rate(ragmon_signal_bucket{{{TOTAL},'
              f'signal=~"$signal"}}{RATE})) / ignoring (le) group_left sum by (release, signal) '
@@ -130,9 +136,9 @@ def drift() -> dict[str, Any]:
              "now {{release}} {{signal}} le={{le}}"),
             (f'ragmon_reference_signal_bucket_ratio{{{REL},signal=~"$signal"}}',
              "reference {{release}} {{signal}} le={{bound}}")], unit="percentunit"),
-        _panel("Distance to the reference (latest window)", [(
-            f'ragmon_drift_distance{{{CELL},signal=~"$signal"}}',
-            "{{signal}} {{measure}} {{dimension}}={{value}}")]),
+        _panel("Distance to the reference (latest window, release total)", [(
+            f'ragmon_drift_distance{{{TOTAL},signal=~"$signal"}}',
+            "{{release}} {{signal}} {{measure}}")]),
         _panel("Alarms raised (exemplars link to traces)", [(
             f"sum by (release, signal, direction) (increase(ragmon_drift_alarms_total{{{stream}}}"
             f"{RATE}))", "{{release}} {{signal}} {{direction}}")]),
@@ -147,7 +153,8 @@ def drift() -> dict[str, Any]:
         "query": {"query": "label_values(ragmon_drift_statistic, signal)", "refId": "signal"},
         "definition": "label_values(ragmon_drift_statistic, signal)", "includeAll": True,
         "multi": True, "current": {"text": "All", "value": "$__all"}})
-    board["panels"][5]["options"] = {"exemplars": True}
+    raised = next(p for p in board["panels"] if p["title"].startswith("Alarms raised"))
+    raised["options"] = {"exemplars": True}
     return board
 
 
@@ -174,9 +181,10 @@ def quality() -> dict[str, Any]:
             f'ragmon_requirements_total{{{CELL},outcome="complete"}}',
             f'ragmon_requirements_total{{{CELL},outcome="all"}}'),
             "{{release}} {{dimension}}={{value}}")], unit="percentunit"),
-        _panel("Top missing requirements", [(
-            f"topk(10, sum by (requirement) (increase(ragmon_missing_requirements_total{{{CELL}}}"
-            f"{RATE})))", "{{requirement}}")], kind="table"),
+        _panel("Top missing requirements (a slice shows its top 3)", [(
+            f"topk(10, sum by (release, dimension, value, requirement) "
+            f"(increase(ragmon_missing_requirements_total{{{CELL}}}{RATE})))",
+            "{{requirement}} {{release}} {{dimension}}={{value}}")], kind="table"),
         _panel("Self-check reject and verbatim failure rates", [
             (share(f'ragmon_checks_total{{{CELL},check="self_check_reject"}}',
                    f'ragmon_checks_total{{{CELL},check=~"self_check_pass|self_check_reject"}}'),
@@ -194,10 +202,11 @@ def quality() -> dict[str, Any]:
              "false abstention rate {{release}}"),
             (f'{by} (ragmon_label_outcomes_total{{{CELL},outcome="labelled"}})',
              "labelled traces {{release}}")]),
-        _panel("Label-based rates since start, beside the labelled traces behind each", [
-            (f"ragmon_label_rate{{{CELL}}}", "{{rate}} {{release}} {{dimension}}={{value}}"),
-            (f"ragmon_label_rate_traces{{{CELL}}}",
-             "labelled: {{rate}} {{release}} {{dimension}}={{value}}")], kind="table"),
+        _panel("Label-based rates since start (release totals), beside the labelled traces "
+               "behind each", [
+                   (f"ragmon_label_rate{{{TOTAL}}}", "{{rate}} {{release}}"),
+                   (f"ragmon_label_rate_traces{{{TOTAL}}}", "labelled: {{rate}} {{release}}")],
+               kind="table"),
         _panel("Cost per answered request", [(
             f"sum by (release) (rate(ragmon_request_cost_sum{{{TOTAL}}}{RATE})) / sum by "
             f'(release) (rate(ragmon_traces_total{{{TOTAL},decision=~"answer|partial"}}{RATE}))',

@@ -135,6 +135,9 @@ class Settings(BaseSettings):
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(default=9464, ge=0, le=65_535)
     series_budget: int = Field(default=20_000, ge=100, le=1_000_000)
+    # lean: slices export what the dashboards and alert rules read per slice (about 850
+    # series per release of the demo's traffic); full: every family for every cell.
+    metrics_detail: Literal["lean", "full"] = "lean"
     # Drift detection: reference profiles and false-alarm budgets.
     reference_traces: int = Field(default=2_000, ge=100)
     # After the freeze a reference keeps growing from alarm-free traffic up to this many

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections import Counter
 
 import pytest
 from conftest import lines
@@ -22,9 +23,9 @@ from monitor.settings import load
 from monitor.simulate import Simulator
 
 
-def scrape(pipeline, budget=20_000, drift=None):
+def scrape(pipeline, budget=20_000, drift=None, detail="lean"):
     registry = CollectorRegistry()
-    collector = Collector(budget)
+    collector = Collector(budget, detail)
     registry.register(collector)
     collector.current = snapshot_of([pipeline], Health(partitions=4), drift)
     return registry
@@ -49,7 +50,11 @@ def test_examples_render_with_the_right_values(examples):
     assert got[("ragmon_input_messages_total", (("outcome", "read"),))] == 20
     lang = (("dimension", "language"), ("release", "2026.11.3"), ("value", "ru"))
     assert got[("ragmon_traces_total", (("decision", "abstain"), *lang))] == 1
-    assert got[("ragmon_signal_count", (*lang[:2], ("signal", "top_score"), lang[2]))] == 5
+    # The lean layout: histograms on release totals only; every family with `full`.
+    assert got[("ragmon_signal_count", (*total[:2], ("signal", "top_score"), total[2]))] == 9
+    assert ("ragmon_signal_count", (*lang[:2], ("signal", "top_score"), lang[2])) not in got
+    full = samples(scrape(p, detail="full"))
+    assert full[("ragmon_signal_count", (*lang[:2], ("signal", "top_score"), lang[2]))] == 5
 
 
 def test_every_declared_metric_is_exported_and_no_other(examples):
@@ -78,9 +83,9 @@ def test_series_budget_holds_under_a_label_attack():
 def test_budget_drops_slices_not_totals(examples):
     p = Pipeline(load())
     p.feed(lines(examples / "traces.jsonl"))
-    got = samples(scrape(p, budget=500))
+    got = samples(scrape(p, budget=300))
     assert got[("ragmon_series_dropped", ())] > 0
-    assert got[("ragmon_series", ())] <= 500
+    assert got[("ragmon_series", ())] <= 300
     total = (("dimension", "all"), ("release", "2026.11.3"), ("value", "all"))
     assert got[("ragmon_gate_leaks_total", total)] == 1
 
@@ -122,8 +127,24 @@ def test_drift_metrics_render_alarms_with_exemplars_and_recalibration():
     line = next(x for x in text.splitlines() if x.startswith("ragmon_drift_alarms_total")
                 and 'signal="critical_claim_unsupported_rate"' in x and 'dimension="all"' in x)
     assert '# {trace_id="sim-index_change-' in line
+    # Lean: a slice's stream shows only what is worth a look; the streams are counted.
+    assert got[("ragmon_drift_score", total)] == pytest.approx(
+        got[("ragmon_drift_statistic", total)] / got[("ragmon_drift_threshold", total)])
+    slices = [(name, dict(labels)) for name, labels in got
+              if name.startswith("ragmon_drift_") and ("dimension", "all") not in labels
+              and "release" in dict(labels) and "signal" in dict(labels)]
+    assert slices and {name for name, _ in slices} <= {
+        "ragmon_drift_alarm", "ragmon_drift_alarms_total", "ragmon_drift_score"}
+    assert all(got[(n, tuple(sorted(labels.items())))] == 1.0 for n, labels in slices
+               if n == "ragmon_drift_alarm")
+    assert all(got[(n, tuple(sorted(labels.items())))] >= 0.5 for n, labels in slices
+               if n == "ragmon_drift_score")
+    streams = {dict(labels)["status"]: v for (name, labels), v in got.items()
+               if name == "ragmon_drift_streams" and ("release", "2026.11.3") in labels}
+    assert streams["alarm"] >= 1 and sum(streams.values()) == sum(
+        1 for key in run.drift.view().verdicts if key.release == "2026.11.3")
     # A budget too small for slices keeps the release-level drift streams.
-    small = samples(scrape(run.pipeline, budget=2_000, drift=run.drift.view()))
+    small = samples(scrape(run.pipeline, budget=2_000, drift=run.drift.view(), detail="full"))
     assert ("ragmon_drift_alarm", total) in small
     assert not any(name == "ragmon_drift_alarm" and ("dimension", "all") not in labels
                    for name, labels in small)
@@ -161,3 +182,29 @@ def test_label_rates_are_exported_beside_their_labelled_traces():
         key = tuple(sorted((*total, ("rate", rate))))
         assert got[("ragmon_label_rate", key)] == pytest.approx(expected[rate])
         assert 0 < got[("ragmon_label_rate_traces", key)] <= expected["labelled"]
+
+
+def test_the_lean_layout_is_a_subset_of_full_within_a_thousand_series_per_release():
+    """Demo-like traffic (two releases, the six slice dimensions, labels and feedback,
+    an embedding shift half way): at most 1,000 series per release in the lean layout
+    (issue #24), every lean sample also in the full layout with the same value."""
+    settings = load()
+    run = Backtest(settings, DriftConfig.from_settings(settings))
+    sim = Simulator(seed=5, scenario="embedding_shift", rate=50, change_at=20_000)
+    for _ in range(20):
+        list(run.feed(sim.traces(2_000)))
+        run.pipeline.feed_events(sim.labels, "labels")
+        run.pipeline.feed_events(sim.feedback, "feedback")
+        sim.labels.clear()
+        sim.feedback.clear()
+    view = run.drift.view()
+    lean = samples(scrape(run.pipeline, drift=view))
+    full = samples(scrape(run.pipeline, drift=view, detail="full"))
+    per_release = Counter(dict(labels).get("release") for _, labels in lean)
+    assert set(per_release) == {"2026.11.3", "2026.12.1", None}
+    assert max(n for release, n in per_release.items() if release) <= 1_000
+    assert len(full) > 4 * len(lean)
+    assert any(name == "ragmon_drift_alarm" for name, _ in lean)
+    cut = {"ragmon_series", "ragmon_series_dropped"}
+    assert {k: v for k, v in lean.items() if k[0] not in cut} == {
+        k: full[k] for k in lean if k[0] not in cut}

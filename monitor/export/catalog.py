@@ -161,6 +161,9 @@ DRIFT_STATISTIC: Final = Family("ragmon_drift_statistic", "gauge",
                                 "GLR statistic of a drift stream (nats).", STREAM_LABELS)
 DRIFT_THRESHOLD: Final = Family("ragmon_drift_threshold", "gauge", "Alarm threshold of the "
                                 "stream, from its false-alarm budget.", STREAM_LABELS)
+DRIFT_SCORE: Final = Family("ragmon_drift_score", "gauge", "Statistic / threshold of a "
+                            "drift stream (1 or more: over the threshold); slices only while "
+                            "it is 0.5 or more in the lean layout.", STREAM_LABELS)
 DRIFT_ALARM: Final = Family("ragmon_drift_alarm", "gauge", "1 while the stream is in alarm "
                             "(latched until it has been quiet for alarm_hold_windows "
                             "windows).", STREAM_LABELS)
@@ -170,6 +173,10 @@ DRIFT_INSUFFICIENT: Final = Family("ragmon_drift_insufficient_data", "gauge", "1
 DRIFT_ALARMS: Final = Family("ragmon_drift_alarms", "counter", "Alarms raised per stream (one "
                              "per change); the exemplar is a trace of the window that raised "
                              "the latest.", STREAM_LABELS)
+DRIFT_STREAMS: Final = Family(
+    "ragmon_drift_streams", "gauge", "Drift streams of a release by status: ok (armed, "
+    "quiet), alarm, insufficient_data (no usable reference or threshold yet), "
+    "recalibration_required.", ("release", "status"))
 DRIFT_DISTANCE: Final = Family(
     "ragmon_drift_distance", "gauge", "Latest window vs reference distribution of a signal "
     "(explanation, not the alarm): ks, psi, wasserstein.",
@@ -204,7 +211,8 @@ FAMILIES: Final = (
     REDELIVERED_SKIPPED, CHECKPOINTS, STATE_RECORD_BYTES, STATE_MAX_BYTES, STATE_LOST,
     WINDOWS_SKIPPED, RELEASES_OWNED, WORKER_ERRORS, SERIES_BUDGET, SLICE_VALUES_OVERFLOWED,
     SLICE_VALUES_REPLACED, SERIES, SERIES_DROPPED,
-    DRIFT_STATISTIC, DRIFT_THRESHOLD, DRIFT_ALARM, DRIFT_INSUFFICIENT, DRIFT_ALARMS,
+    DRIFT_STATISTIC, DRIFT_THRESHOLD, DRIFT_SCORE, DRIFT_ALARM, DRIFT_INSUFFICIENT, DRIFT_ALARMS,
+    DRIFT_STREAMS,
     DRIFT_DISTANCE, reference_info(()), REFERENCE_TRACES, RECALIBRATION_REQUIRED,
     REFERENCE_BUCKETS,
 )

@@ -4,6 +4,13 @@ Nothing is counted per event through prometheus_client (`.labels().inc()` per ev
 alone capped throughput at ~6k traces/s here). The worker swaps in a new `Snapshot`
 after folding; at scrape time `Collector.collect()` turns it into metric families.
 
+The layout is lean by default (`metrics_detail`, README "Metrics"): a release total
+exports every family; a slice exports the counters the dashboards and alert rules read
+per slice (decisions, reasons, gate leaks, requirements, checks, label outcomes, its top
+missing requirements), only those with a count, and no histograms, claims, feedback or
+since-start ratios; its drift streams only while they are worth a look (health.py).
+`metrics_detail="full"` exports every family for every cell.
+
 Series are a budget: the monitor's own health and every release total are always
 exported; slice cells follow, busiest first, until `series_budget` is reached; what did
 not fit is counted in `ragmon_series_dropped`. Label values come from capped sets
@@ -14,7 +21,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import Metric
@@ -43,6 +50,16 @@ __all__ = [
     "snapshot_of",
 ]
 
+# Missing requirements a slice exports in the lean layout: its most frequent.
+SLICE_MISSING_TOP: Final = 3
+# Check outcomes and label outcomes a slice exports in the lean layout: those the
+# dashboards' per-slice rates read (self-check reject and verbatim failure rates; the
+# unsupported answer and false abstention rates).
+SLICE_CHECKS: Final = ("citation", "verbatim_failure", "self_check_pass", "self_check_reject")
+SLICE_LABEL_OUTCOMES: Final = ("labelled", "answered_uc_known", "answered_uc_true",
+                               "abstained_answerable_known", "abstained_answerable_true")
+
+
 class Collector(_Collector):
     """Renders whatever snapshot `current` holds at scrape time.
 
@@ -50,8 +67,9 @@ class Collector(_Collector):
     every scrape until the next snapshot: HA Prometheus pairs and `?name[]=` scrapes of
     one family do not rebuild them."""
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, detail: str = "lean") -> None:
         self.budget = budget
+        self.full = detail == "full"
         self.current: Snapshot | None = None
         self._rendered: tuple[Snapshot, list[Metric]] | None = None
 
@@ -60,19 +78,20 @@ class Collector(_Collector):
         if snap is None:
             return
         if rendered is None or rendered[0] is not snap:
-            rendered = self._rendered = (snap, families(snap, self.budget))
+            rendered = self._rendered = (snap, families(snap, self.budget, self.full))
         yield from rendered[1]
 
 
-def families(snap: Snapshot, budget: int) -> list[Metric]:
-    """Metric families of a snapshot, slice cells only as far as the series budget allows."""
-    fams = _Families(snap.layout, snap.exemplars)
+def families(snap: Snapshot, budget: int, full: bool = False) -> list[Metric]:
+    """Metric families of a snapshot, slice cells only as far as the series budget allows;
+    every family for every cell with `full` (`metrics_detail="full"`), else lean."""
+    fams = _Families(snap.layout, snap.exemplars, full)
     totals, slices = _export_order(snap)
     for key in totals:
         fams.add_cell(key, snap.cells[key])
     dropped = 0
     for key in slices:
-        if fams.series + fams.cell_series(snap.cells[key]) > budget - 64:  # 64: health
+        if fams.series + fams.cell_series(key, snap.cells[key]) > budget - 64:  # health
             dropped += 1
             continue
         fams.add_cell(key, snap.cells[key])
@@ -80,7 +99,7 @@ def families(snap: Snapshot, budget: int) -> list[Metric]:
     drift: list[Metric] = []
     if snap.drift is not None:
         room = budget - fams.series - sum(len(m.samples) for m in health) - 2
-        drift, left_out = status.drift(snap.drift, room, snap.layout)
+        drift, left_out = status.drift(snap.drift, room, snap.layout, full)
         dropped += left_out
         health.extend(drift)
     series = fams.series + sum(len(m.samples) for m in health) + 2
@@ -102,10 +121,11 @@ class _Families:
     """Accumulates the per-cell families while counting their series."""
 
     def __init__(self, layout: Layout,
-                 exemplars: Mapping[tuple[CellKey, str], tuple[str, float, float | None]]
-                 ) -> None:
+                 exemplars: Mapping[tuple[CellKey, str], tuple[str, float, float | None]],
+                 full: bool = False) -> None:
         self.layout = layout
         self.exemplars = exemplars
+        self.full = full
         self.series = 0
         self.traces, self.reasons = c.TRACES.new(), c.REASONS.new()
         self.claims, self.leaks = c.CLAIMS.new(), c.GATE_LEAKS.new()
@@ -117,50 +137,78 @@ class _Families:
         self.gauges = {name: family.new() for name, family in c.RATIOS.items()}
         self.label_rate, self.label_rate_traces = c.LABEL_RATE.new(), c.LABEL_RATE_TRACES.new()
 
-    def cell_series(self, cell: Cell) -> int:
+    def cell_series(self, key: CellKey, cell: Cell) -> int:
         """An upper bound of the series one cell adds (for the budget check)."""
         layout = self.layout
-        hist = sum(status.SIGNAL_BUCKETS + 3 for _ in layout.histograms)
         missing = sum(1 for kind, _ in cell.extras if kind == "missing")
-        return (len(DECISIONS) + len(layout.reasons) + len(CLAIM_KINDS) + 1 + 4 + missing
-                + 5 + 2 + len(LABEL_COUNTS) + hist + len(self.gauges)
-                + 2 * len(LABEL_RATES))
+        counters = len(DECISIONS) + len(layout.reasons) + 1 + 3 + 1
+        if not (self.full or key[1] == TOTAL):
+            return (counters + len(SLICE_CHECKS) + len(SLICE_LABEL_OUTCOMES)
+                    + min(missing, SLICE_MISSING_TOP))
+        hist = sum(status.SIGNAL_BUCKETS + 3 for _ in layout.histograms)
+        return (counters + 5 + len(LABEL_COUNTS) + missing + len(CLAIM_KINDS) + 2 + hist
+                + len(self.gauges) + 2 * len(LABEL_RATES))
 
     def add_cell(self, key: CellKey, cell: Cell) -> None:
         release, dim, value = key
         labels = [release, dim or ALL, value or ALL]
+        before = self._count()
+        full = self.full or dim == TOTAL
+        self._counters(key, labels, cell, full)
+        if full:
+            self._detail(key, labels, cell)
+        self.series += self._count() - before
+
+    def _counters(self, key: CellKey, labels: list[str], cell: Cell, full: bool) -> None:
+        """The counters every cell exports (in the lean layout a slice's only those with
+        a count, its SLICE_MISSING_TOP most missing requirements, SLICE_CHECKS and
+        SLICE_LABEL_OUTCOMES)."""
         col = self.layout.counts
         n = cell.counts
-        before = self._count()
+
+        def add(family: Any, more: list[str], count: float) -> None:
+            if full or count:
+                family.add_metric([*labels, *more], count)
+
         for d in DECISIONS:
             found = self.exemplars.get((key, d))
-            self.traces.add_metric([*labels, d], int(n[col[f"decision_{d}"]]),
-                                   exemplar=None if found is None else
-                                   Exemplar({"trace_id": found[0]}, 1.0, found[1]))
+            count = int(n[col[f"decision_{d}"]])
+            if full or count:
+                self.traces.add_metric([*labels, d], count,
+                                       exemplar=None if found is None else
+                                       Exemplar({"trace_id": found[0]}, 1.0, found[1]))
         for code in self.layout.reasons:
-            self.reasons.add_metric([*labels, code], int(n[col[f"reason_{code}"]]))
-        for kind in CLAIM_KINDS:
-            importance, verdict = kind.split("_", 1)
-            self.claims.add_metric([*labels, importance, verdict], int(n[col[f"claims_{kind}"]]))
-        self.leaks.add_metric(labels, int(n[col["gate_leaks"]]))
+            add(self.reasons, [code], int(n[col[f"reason_{code}"]]))
+        add(self.leaks, [], int(n[col["gate_leaks"]]))
         for outcome, name in (("all", "requirements_traces"), ("complete", "requirements_all"),
                               ("critical_missed", "requirements_critical_missed")):
-            self.requirements.add_metric([*labels, outcome], int(n[col[name]]))
-        coverage = float(cell.sums[self.layout.sums["coverage_sum"]])
-        self.coverage_sum.add_metric(labels, coverage)
-        for (kind, name), count in sorted(cell.extras.items()):
-            if kind == "missing":
-                self.missing.add_metric([*labels, name], count)
+            add(self.requirements, [outcome], int(n[col[name]]))
+        add(self.coverage_sum, [], float(cell.sums[self.layout.sums["coverage_sum"]]))
+        missing = sorted(((count, name) for (kind, name), count in cell.extras.items()
+                          if kind == "missing"), key=lambda item: (-item[0], item[1]))
+        for count, name in sorted(missing if full else missing[:SLICE_MISSING_TOP],
+                                  key=lambda item: item[1]):
+            self.missing.add_metric([*labels, name], count)
         for check, name in (("citation", "citation_true"),
                             ("verbatim_failure", "citation_verbatim_false"),
                             ("self_check_pass", "self_check_pass"),
                             ("self_check_reject", "self_check_reject"),
                             ("self_check_skipped", "self_check_skipped")):
-            self.checks.add_metric([*labels, check], int(n[col[name]]))
+            if full or check in SLICE_CHECKS:
+                add(self.checks, [check], int(n[col[name]]))
+        for outcome in LABEL_COUNTS if full else SLICE_LABEL_OUTCOMES:
+            add(self.label_outcomes, [outcome], int(n[col[f"label_{outcome}"]]))
+
+    def _detail(self, key: CellKey, labels: list[str], cell: Cell) -> None:
+        """What only release totals export in the lean layout: claims, feedback, the
+        signal, latency and cost histograms, since-start ratios and label rates."""
+        col = self.layout.counts
+        n = cell.counts
+        for kind in CLAIM_KINDS:
+            importance, verdict = kind.split("_", 1)
+            self.claims.add_metric([*labels, importance, verdict], int(n[col[f"claims_{kind}"]]))
         self.feedback.add_metric([*labels, "up"], int(n[col["feedback_up"]]))
         self.feedback.add_metric([*labels, "down"], int(n[col["feedback_down"]]))
-        for outcome in LABEL_COUNTS:
-            self.label_outcomes.add_metric([*labels, outcome], int(n[col[f"label_{outcome}"]]))
         for name, hist in self.layout.histograms.items():
             buckets, total = status.buckets(hist, cell, scale=1e-3 if name == "latency_ms" else 1.0)
             if name == "latency_ms":
@@ -172,7 +220,6 @@ class _Families:
                     buckets = self._with_exemplar(key, buckets)
                 self.signal.add_metric([*labels, name], buckets, total)
         self._ratios(labels, cell)
-        self.series += self._count() - before
 
     def _with_exemplar(self, key: CellKey, buckets: list[Any]) -> list[Any]:
         """top_score buckets with the newest traced request's id on the bucket it fell in."""

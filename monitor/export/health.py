@@ -3,6 +3,8 @@ prometheus_client's home): families built from a snapshot at scrape time."""
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from typing import Final
 
 import numpy as np
@@ -17,9 +19,12 @@ from monitor.export.snapshot import ALL, Snapshot
 from monitor.ingest.contract import COMPONENT_NAMES
 from monitor.ingest.parse import REASONS
 
-__all__ = ["SIGNAL_BUCKETS", "buckets", "drift", "health"]
+__all__ = ["DRIFT_FLOOR", "SIGNAL_BUCKETS", "buckets", "drift", "health"]
 
 SIGNAL_BUCKETS: Final = 10  # exported buckets per unit-range signal (le=0.1 .. 1.0)
+# A slice's drift stream exports its score (lean layout) while its statistic is at least
+# this share of its threshold: the ones a ranking of slices by drift would show.
+DRIFT_FLOOR: Final = 0.5
 
 
 def buckets(hist: Histogram, cell: Cell, scale: float) -> tuple[list[tuple[str, float]], float]:
@@ -72,32 +77,57 @@ def health(snap: Snapshot, budget: int) -> list[Metric]:
     ]
 
 
-def drift(view: DriftView, room: int, layout: Layout) -> tuple[list[Metric], int]:
+def drift(view: DriftView, room: int, layout: Layout,
+          full: bool = False) -> tuple[list[Metric], int]:
     """Drift families: release totals always, slice streams while `room` lasts; returns the
-    families and the number of slice streams left out."""
+    families and the number of slice streams left out.
+
+    Release totals export every drift family. In the lean layout (not `full`) a slice's
+    stream exports its alarm only while it is in alarm, its alarm counter once it has
+    raised one, and its score (statistic / threshold) only while that is at least
+    DRIFT_FLOOR; how many streams of a release are armed, in alarm or cannot be judged
+    is `ragmon_drift_streams`."""
     statistic, limit = c.DRIFT_STATISTIC.new(), c.DRIFT_THRESHOLD.new()
+    score = c.DRIFT_SCORE.new()
     alarm, insufficient = c.DRIFT_ALARM.new(), c.DRIFT_INSUFFICIENT.new()
     alarms = c.DRIFT_ALARMS.new()
     keys = sorted(view.verdicts, key=lambda k: (k.dimension != TOTAL, k))
     left_out = 0
+    states: Counter[tuple[str, str]] = Counter()
     for key in keys:
-        if key.dimension != TOTAL and room < 4:
+        verdict = view.verdicts[key]
+        states[(key.release, verdict.status)] += 1
+        whole = full or key.dimension == TOTAL
+        if key.dimension != TOTAL and room < 5:
             left_out += 1
             continue
-        verdict = view.verdicts[key]
         values = [key.release, key.dimension or ALL, key.value or ALL, key.signal, key.direction]
-        statistic.add_metric(values, verdict.statistic)
-        limit.add_metric(values, verdict.threshold)
-        alarm.add_metric(values, 1.0 if verdict.alarm_active else 0.0)
-        insufficient.add_metric(values, 1.0 if verdict.status in (
-            "insufficient_data", "recalibration_required") else 0.0)
-        exemplar = view.exemplars.get(key)
-        alarms.add_metric(values, view.alarm_counts.get(key, 0),
-                          exemplar=Exemplar({"trace_id": exemplar}, 1.0) if exemplar else None)
-        room -= 5
+        raised = view.alarm_counts.get(key, 0)
+        if whole:
+            statistic.add_metric(values, verdict.statistic)
+            limit.add_metric(values, verdict.threshold)
+            room -= 2
+        if math.isfinite(verdict.threshold) and verdict.threshold > 0 and (
+                whole or verdict.statistic >= DRIFT_FLOOR * verdict.threshold):
+            score.add_metric(values, verdict.statistic / verdict.threshold)
+            room -= 1
+        if whole or verdict.alarm_active:
+            alarm.add_metric(values, 1.0 if verdict.alarm_active else 0.0)
+            room -= 1
+        if whole:
+            insufficient.add_metric(values, 1.0 if verdict.status in (
+                "insufficient_data", "recalibration_required") else 0.0)
+            room -= 1
+        if whole or raised:
+            exemplar = view.exemplars.get(key)
+            alarms.add_metric(values, raised, exemplar=Exemplar({"trace_id": exemplar}, 1.0)
+                              if exemplar else None)
+            room -= 1
+    streams = c.DRIFT_STREAMS.of(((release, status), n)
+                                 for (release, status), n in sorted(states.items()))
     distance = c.DRIFT_DISTANCE.new()
     for (release, dim, value, signal), measures in sorted(view.distances.items()):
-        if dim != TOTAL and room < len(measures):
+        if dim != TOTAL and (not full or room < len(measures)):
             continue
         for measure, v in sorted(measures.items()):
             distance.add_metric([release, dim or ALL, value or ALL, signal, measure], v)
@@ -122,5 +152,5 @@ def drift(view: DriftView, room: int, layout: Layout) -> tuple[list[Metric], int
             total = bounds[-1][1]
             for le, count in bounds if total else []:
                 shares.add_metric([release, name, le], count / total)
-    return [statistic, limit, alarm, insufficient, alarms, distance, info, traces,
-            recalibration, shares], left_out
+    return [statistic, limit, score, alarm, insufficient, alarms, streams, distance, info,
+            traces, recalibration, shares], left_out

@@ -63,7 +63,7 @@ class Worker:
         self.settings = settings
         self.app = app
         self._folding = asyncio.Lock()
-        self.collector = Collector(settings.series_budget)
+        self.collector = Collector(settings.series_budget, settings.metrics_detail)
         self.health = Health(state_max_bytes=settings.state_max_bytes)
         self.dlq = app.topic(settings.topic_dlq, value_serializer="raw", key_serializer="raw")
         self.partitions = Partitions(
