@@ -11,6 +11,7 @@ from conftest import assert_same
 
 from monitor.aggregate.pipeline import Pipeline
 from monitor.ingest.slices import Cap
+from monitor.messages import pack_message, read_message
 from monitor.offline.replay import build
 from monitor.settings import load as load_settings
 from monitor.simulate import Simulator
@@ -20,8 +21,6 @@ from monitor.worker.child import (
     Request,
     Restore,
     States,
-    pack_message,
-    read_message,
     serve,
 )
 

@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "monitor"
 # A unit may import only units of a lower rank, and modules of its own stage package.
 RANKS = {
     "memory": 0,  # gc tuning and heap trims, used by every process
+    "messages": 0,  # length-prefixed pickles between ragmon's own processes
     "ingest": 1,  # bytes -> events or rejections; the contract
     "settings": 2,  # names the contract's dimensions
     "aggregate": 3,  # events -> bounded tables
@@ -32,7 +33,8 @@ RANKS = {
 STAGE_ORDER = ["ingest", "aggregate", "detect", "export", "worker", "cli"]
 THIRD_PARTY_HOMES = {
     "faust": {"worker.app", "worker.process"},
-    "prometheus_client": {"export.catalog", "export.collector", "export.health"},
+    "prometheus_client": {"export.catalog", "export.collector", "export.health",
+                          "export.pages"},
     "kafka": {"client", "worker.provision", "worker.rewind"},
     "aiokafka": {"worker.topics", "worker.reference_sync"},
     "scipy": {"detect.detectors"}, "pydantic": {"settings"}, "pydantic_settings": {"settings"},

@@ -23,7 +23,6 @@ import socket
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
-from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector as _Collector
 from prometheus_client.samples import Exemplar
@@ -43,10 +42,10 @@ __all__ = [
     "Collector",
     "PortInUse",
     "Snapshot",
+    "cannot_listen",
     "check_port",
     "families",
     "parse_exposition",
-    "serve",
     "snapshot_of",
 ]
 
@@ -284,23 +283,11 @@ def check_port(host: str, port: int) -> None:
         try:
             probe.bind((host, port))
         except OSError as exc:
-            raise _port_in_use(host, port, exc) from None
+            raise PortInUse(cannot_listen(host, port, exc)) from None
 
 
-def _port_in_use(host: str, port: int, exc: OSError) -> PortInUse:
-    return PortInUse(f"cannot serve metrics on {host}:{port} (metrics_port): {exc.strerror}")
-
-
-def serve(collector: Collector, host: str, port: int) -> CollectorRegistry:
-    """Serve `collector` (alone: no process metrics) with prometheus_client's own HTTP
-    server, which negotiates OpenMetrics (exemplars) as well as the text format."""
-    registry = CollectorRegistry()
-    registry.register(collector)
-    try:
-        start_http_server(port, addr=host, registry=registry)
-    except OSError as exc:  # taken since check_port
-        raise _port_in_use(host, port, exc) from None
-    return registry
+def cannot_listen(host: str, port: int, exc: OSError) -> str:
+    return f"cannot serve metrics on {host}:{port} (metrics_port): {exc.strerror}"
 
 
 def parse_exposition(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

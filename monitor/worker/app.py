@@ -40,8 +40,8 @@ from monitor import memory
 from monitor.aggregate.layout import from_settings
 from monitor.detect.drift import Drift, DriftConfig, DriftView
 from monitor.detect.watch import Watch, to_record
-from monitor.export.collector import Collector
-from monitor.export.snapshot import Health, Local, snapshot_from
+from monitor.export.pages import Pages
+from monitor.export.snapshot import Health, Local, Snapshot, snapshot_from
 from monitor.ingest.parse import Rejection, payload_form
 from monitor.settings import Settings
 from monitor.worker import telemetry, topics, upkeep
@@ -63,7 +63,9 @@ class Worker:
         self.settings = settings
         self.app = app
         self._folding = asyncio.Lock()
-        self.collector = Collector(settings.series_budget, settings.metrics_detail)
+        self.pages = Pages(settings.metrics_host, settings.metrics_port, settings.series_budget,
+                           settings.metrics_detail == "full", settings.metrics_refresh_seconds)
+        self.snapshot: Snapshot | None = None  # the latest, for the page process
         self.health = Health(state_max_bytes=settings.state_max_bytes)
         self.dlq = app.topic(settings.topic_dlq, value_serializer="raw", key_serializer="raw")
         self.partitions = Partitions(
@@ -244,8 +246,9 @@ class Worker:
         self.health.watermark_lag = max(time.time() - watermark, 0.0) if watermark > 0 else 0
         with self.tracer.start_as_current_span("ragmon.export"):
             counters = self.merger.counters(self.partitions.state_key(p) for p in self.owned)
-            self.collector.current = snapshot_from(self.drift.layout, local, self.health,
-                                                   self.drift_view, cells, counters)
+            self.snapshot = snapshot_from(self.drift.layout, local, self.health,
+                                          self.drift_view, cells, counters)
+            self.pages.offer(self.snapshot)  # if the page process asked for one
 
 
 def build(settings: Settings) -> Worker:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import pickle
 import socket
-import struct
 import sys
 import time
 import traceback
@@ -31,10 +30,10 @@ from monitor.aggregate.pipeline import Pipeline, slicer_of
 from monitor.export.snapshot import Local, local_of
 from monitor.ingest.parse import Rejection
 from monitor.ingest.slices import Cap
+from monitor.messages import pack_message, read_message
 from monitor.settings import Settings
 
 __all__ = [
-    "MESSAGE_LENGTH",
     "FoldGroups",
     "Folded",
     "Forget",
@@ -45,13 +44,8 @@ __all__ = [
     "Restore",
     "States",
     "answer",
-    "pack_message",
-    "read_message",
     "serve",
 ]
-
-MESSAGE_LENGTH = struct.Struct(">Q")
-
 
 class PartitionState:
     """One partition's pipeline, the last offset it applied from each source topic, the
@@ -296,26 +290,3 @@ def serve(sock: socket.socket, settings: Settings) -> None:
             if time.monotonic() - trimmed >= memory.TRIM_SECONDS:  # after the reply: off its path
                 memory.trim()
                 trimmed = time.monotonic()
-
-
-def pack_message(value: Any) -> list[bytes]:
-    """`value` as a message: its length, then its pickle."""
-    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    return [MESSAGE_LENGTH.pack(len(data)), data]
-
-
-def read_message(sock: socket.socket) -> bytearray | None:
-    """The next message's pickle from a blocking socket (`None` at end of file)."""
-    header = _read(sock, MESSAGE_LENGTH.size)
-    return None if header is None else _read(sock, MESSAGE_LENGTH.unpack(header)[0])
-
-
-def _read(sock: socket.socket, size: int) -> bytearray | None:
-    buffer = bytearray(size)
-    view, got = memoryview(buffer), 0
-    while got < size:
-        n = sock.recv_into(view[got:], size - got)
-        if n == 0:
-            return None
-        got += n
-    return buffer

@@ -25,6 +25,7 @@ from collections.abc import Awaitable
 from typing import Any, cast
 
 from monitor.export.snapshot import Health, Local
+from monitor.messages import MESSAGE_LENGTH, pack_message
 from monitor.settings import Settings
 from monitor.worker import child as states
 from monitor.worker import topics
@@ -202,7 +203,7 @@ class _Child:
     async def _call(self, request: Request) -> Any:
         async with self._lock:
             try:
-                ok, value = pickle.loads(await self._roundtrip(states.pack_message(request)))
+                ok, value = pickle.loads(await self._roundtrip(pack_message(request)))
             except (OSError, EOFError, asyncio.IncompleteReadError):
                 log.critical("the states process (pid %s) died (exit code %s): exiting, so "
                              "that a restart restores the partitions from their checkpoints",
@@ -218,6 +219,6 @@ class _Child:
         reader, writer = self._streams
         writer.writelines(request)
         await writer.drain()
-        (size,) = states.MESSAGE_LENGTH.unpack(
-            await reader.readexactly(states.MESSAGE_LENGTH.size))
+        (size,) = MESSAGE_LENGTH.unpack(
+            await reader.readexactly(MESSAGE_LENGTH.size))
         return await reader.readexactly(size)

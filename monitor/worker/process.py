@@ -15,7 +15,6 @@ from typing import Any
 
 import faust
 
-from monitor.export.collector import serve
 from monitor.settings import Settings
 from monitor.worker.app import build
 from monitor.worker.provision import input_topics, topic_ids
@@ -54,7 +53,7 @@ def _exit_now(signal: Any) -> None:
 def run(settings: Settings, loglevel: str = "info") -> None:
     """Run a worker until it is stopped (SIGTERM / Ctrl-C)."""
     worker = build(settings)
-    serve(worker.collector, settings.metrics_host, settings.metrics_port)
+    worker.pages.start()  # the metrics endpoint, in a process of its own
     log.info("metrics on http://%s:%d/metrics", settings.metrics_host, settings.metrics_port)
     inputs = input_topics(settings)
     worker.topic_ids = topic_ids(settings, inputs)
