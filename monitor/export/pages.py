@@ -124,11 +124,13 @@ def _render(registry: Any, openmetrics: bool) -> bytes:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # socketserver's 5 made a burst of 20 scrapers wait 1 s (SYN retry)
     book: Book
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    protocol_version = "HTTP/1.1"  # keep-alive, as Prometheus scrapes: a thread per scraper
 
     def do_GET(self) -> None:
         accept = self.headers.get("Accept", "")

@@ -39,9 +39,15 @@ async def check_stall(worker: Worker) -> None:
         return
     ends = await topics.end_offsets(worker.settings, topic, owned)
     applied = {}
+    restored = worker.partitions.restored_at
     for partition in owned:
         offsets = await worker.partitions.recover(partition)
         applied[partition] = offsets.get(topic, -1)
+    if worker.partitions.restored_at > restored:
+        # Restored just now (after a broker outage, say): the fold has not had its
+        # chance yet, and a restart would only start it over. Look again in a period.
+        worker.last_progress = time.monotonic()
+        return
     waiting = stall.lagging(ends, applied)
     if waiting:
         log.error("stalled: partitions %s hold unread decisions (end offsets %s, applied "

@@ -1,0 +1,233 @@
+"""What the metrics endpoint costs, in one run on the embedded broker (issue #24).
+
+For 2, 10 and 20 releases of demo-like traffic (the simulator's traces, labels and
+feedback, six slice dimensions, the releases named r00, r01, ...): series per page and
+per release, page size plain and gzipped, scrape latency p50/p99 with 1 scraper and with
+20 concurrent ones, and the worker's traces/s without scrapers and with 20 scrapers.
+
+Each release count has its own topic of N pre-produced traces; every worker run is a new
+consumer group reading it from the start, timed from its checkpoints (as
+worker_throughput.py: nothing polls the worker in the run without scrapers). Runs
+without and with scrapers alternate, `--repeat` rounds. The scrapers are 20 threads of
+this process, each scraping once a second (20 scrapes/s: a Prometheus HA pair at the
+recommended 15 s interval scrapes 0.13 times a second), asking for gzip as Prometheus
+does, not decompressing. After the run the idle worker is scraped by 1 scraper (50
+scrapes in a row) and by 20 at once (10 bursts), and `promtool check metrics` reads a
+page.
+
+    python benchmarks/scrape_cost.py --traces 40000 --repeat 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import http.client
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from worker_throughput import checkpointed
+
+from monitor.broker import EmbeddedBroker, free_port
+from monitor.client import ensure_topics, produce
+from monitor.export.collector import parse_exposition
+from monitor.settings import load
+from monitor.simulate import Simulator
+
+RELEASES = (b'"release": "2026.11.3"', b'"release": "2026.12.1"')
+
+
+def traffic(n: int, releases: int) -> tuple[list[bytes], list[bytes], list[bytes]]:
+    """n traces, with their labels and feedback, over `releases` releases."""
+    sim = Simulator(seed=2, scenario="steady", rate=500.0, label_share=0.05)
+    traces = []
+    for i, raw in enumerate(sim.traces(n)):
+        name = b'"release": "r%02d"' % (i % releases)
+        traces.append(raw.replace(RELEASES[0], name).replace(RELEASES[1], name))
+    return traces, list(sim.labels), list(sim.feedback)
+
+
+def scrape(port: int, encoding: str = "gzip",
+           connection: http.client.HTTPConnection | None = None) -> tuple[float, bytes]:
+    """One scrape (on `connection`, kept alive as Prometheus keeps its own, or a new one);
+    its latency and body."""
+    conn = connection or http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    started = time.perf_counter()
+    try:
+        conn.request("GET", "/metrics", headers={"Accept-Encoding": encoding})
+        response = conn.getresponse()
+        body = response.read()
+        if response.status != 200:
+            raise OSError(f"HTTP {response.status}")
+    finally:
+        if connection is None:
+            conn.close()
+    return time.perf_counter() - started, body
+
+
+class Scrapers:
+    """`count` threads scraping `port` once a second each, from start to stop."""
+
+    def __init__(self, port: int, count: int) -> None:
+        self.port, self.count = port, count
+        self.latencies: list[float] = []
+        self.failures = 0
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True)
+                         for i in range(count)]
+
+    def _run(self, i: int) -> None:
+        time.sleep(i / self.count)  # spread over the second
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.latencies.append(scrape(self.port, connection=connection)[0])
+            except (OSError, http.client.HTTPException):
+                self.failures += 1
+                connection.close()
+                connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+            self._stop.wait(max(0.0, 1.0 - (time.monotonic() - started)))
+        connection.close()
+
+    def __enter__(self) -> Scrapers:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=60)
+
+
+def quantiles(values: list[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    return (statistics.median(ordered) * 1e3,
+            ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1e3)
+
+
+def run_worker(broker: EmbeddedBroker, topic: str, n: int, workdir: Path, scrapers: int,
+               idle: bool) -> dict[str, Any]:
+    port = free_port()
+    app_id = f"bench-{time.time_ns()}"
+    env = {**os.environ, **broker.env(), "RAGMON_METRICS_PORT": str(port),
+           "RAGMON_APP_ID": app_id, "RAGMON_TOPIC_DECISIONS": topic,
+           "RAGMON_TOPIC_LABELS": f"{topic}.labels", "RAGMON_TOPIC_FEEDBACK": f"{topic}.fb"}
+    log = open(workdir / f"worker-{port}.log", "wb")  # noqa: SIM115
+    process = subprocess.Popen([sys.executable, "-m", "monitor.cli", "worker",
+                                "--loglevel", "warning"],
+                               env=env, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
+    found: dict[str, Any] = {}
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                scrape(port)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        state_topic = load().topic_state
+        if scrapers:
+            with Scrapers(port, scrapers) as busy:
+                found["rate"] = asyncio.run(checkpointed(broker.bootstrap, state_topic,
+                                                         app_id, n))
+            found["busy"] = quantiles(busy.latencies)
+            found["busy_scrapes"], found["failures"] = len(busy.latencies), busy.failures
+        else:
+            found["rate"] = asyncio.run(checkpointed(broker.bootstrap, state_topic, app_id, n))
+        if idle:
+            time.sleep(3)  # the last snapshot in
+            found.update(idle_figures(port))
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
+    return found
+
+
+def idle_figures(port: int) -> dict[str, Any]:
+    _, plain = scrape(port, encoding="identity")
+    samples = parse_exposition(plain.decode())
+    per_release: dict[str, int] = {}
+    for _, labels in samples:
+        release = dict(labels).get("release")
+        if release:
+            per_release[release] = per_release.get(release, 0) + 1
+    one = [scrape(port)[0] for _ in range(50)]
+    with ThreadPoolExecutor(20) as pool:
+        burst = [t for _ in range(10) for t, _ in pool.map(lambda _: scrape(port), range(20))]
+    promtool = "not installed"
+    if shutil.which("promtool"):
+        check = subprocess.run(["promtool", "check", "metrics"], input=plain,
+                               capture_output=True, check=False)
+        promtool = "clean" if check.returncode == 0 else (check.stdout + check.stderr).decode()
+    return {"series": len(samples), "per_release_max": max(per_release.values(), default=0),
+            "releases": len(per_release), "bytes": len(plain),
+            "gzip_bytes": len(gzip.compress(plain)),
+            "dropped": samples.get(("ragmon_series_dropped", ()), 0),
+            "one": quantiles(one), "twenty": quantiles(burst), "promtool": promtool}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--traces", type=int, default=40_000)
+    ap.add_argument("--releases", default="2,10,20")
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--json", type=Path, help="write every figure here")
+    args = ap.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="ragmon-bench-"))
+    results: dict[int, dict[str, Any]] = {}
+    with EmbeddedBroker(log=workdir / "broker.log") as broker:
+        for releases in (int(r) for r in args.releases.split(",")):
+            topic = f"bench.scrape.r{releases}"
+            settings = broker.settings().model_copy(update={
+                "topic_decisions": topic, "topic_labels": f"{topic}.labels",
+                "topic_feedback": f"{topic}.fb"})
+            ensure_topics(settings)
+            traces, labels, feedback = traffic(args.traces, releases)
+            produce(settings, topic, traces)
+            produce(settings, f"{topic}.labels", labels)
+            produce(settings, f"{topic}.fb", feedback)
+            rounds = []
+            for r in range(args.repeat):
+                last = r == args.repeat - 1
+                none = run_worker(broker, topic, args.traces, workdir, 0, idle=False)
+                busy = run_worker(broker, topic, args.traces, workdir, 20, idle=last)
+                rounds.append((none, busy))
+                print(f"{releases} releases, round {r + 1}: {none['rate']:,.0f} traces/s "
+                      f"without scrapers, {busy['rate']:,.0f} with 20 "
+                      f"({busy['rate'] / none['rate']:.2f}x); scrapes during the fold "
+                      f"p50/p99 {busy['busy'][0]:.1f}/{busy['busy'][1]:.1f} ms "
+                      f"({busy['busy_scrapes']} scrapes, {busy['failures']} failed)",
+                      flush=True)
+            idle = rounds[-1][1]
+            ratios = [b["rate"] / n["rate"] for n, b in rounds]
+            results[releases] = {"rounds": rounds, "ratio_median": statistics.median(ratios)}
+            print(f"{releases} releases: {idle['series']} series ({idle['per_release_max']} "
+                  f"per release at most, {idle['releases']} releases, dropped "
+                  f"{idle['dropped']:.0f}), page {idle['bytes'] / 1e3:.0f} kB "
+                  f"({idle['gzip_bytes'] / 1e3:.0f} kB gzip); idle scrapes p50/p99: 1 scraper "
+                  f"{idle['one'][0]:.1f}/{idle['one'][1]:.1f} ms, 20 at once "
+                  f"{idle['twenty'][0]:.1f}/{idle['twenty'][1]:.1f} ms; with 20 scrapers "
+                  f"{results[releases]['ratio_median']:.2f}x the rate without; promtool "
+                  f"{idle['promtool']}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
