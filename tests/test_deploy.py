@@ -85,3 +85,15 @@ def test_compose_and_kubernetes_carry_the_same_worker_settings():
     grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace >= settings.shutdown_seconds + 5  # Kubernetes must not kill a clean stop
     assert int(compose["ragmon-worker-1"]["stop_grace_period"].rstrip("s")) == grace
+
+
+def test_prometheus_and_the_service_monitor_scrape_as_the_readme_recommends():
+    """15 s scrapes with a 10 s timeout (README, "Streaming"; issue #24), both set-ups."""
+    prometheus = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
+    job = next(j for j in prometheus["scrape_configs"] if j["job_name"] == "ragmon")
+    monitor = yaml.safe_load((DEPLOY / "k8s" / "servicemonitor.yaml").read_text())
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert (job["scrape_interval"], job["scrape_timeout"]) == ("15s", "10s")
+    assert (endpoint["interval"], endpoint["scrapeTimeout"]) == ("15s", "10s")
+    readme = (DEPLOY.parent / "README.md").read_text()
+    assert "scrape every 15 s with a 10 s timeout" in readme

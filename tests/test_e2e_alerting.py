@@ -136,6 +136,16 @@ def test_drift_alert_reaches_the_webhook_and_every_panel_has_data(broker, tmp_pa
                     if not _query(prom_port, expr):
                         empty.append(f"{board.stem}: {panel['title']}: {expr}")
         assert not empty, "\n".join(empty)
+        # No scrape failed or timed out (1 s scrapes, 1 s timeout) all along (issue #24).
+        [up] = _query(prom_port, 'min_over_time(up{job="ragmon"}[30m])')
+        [scrapes] = _query(prom_port, 'count_over_time(up{job="ragmon"}[30m])')
+        [slowest] = _query(prom_port, 'max_over_time(scrape_duration_seconds{job="ragmon"}[30m])')
+        [typical] = _query(prom_port, 'quantile_over_time(0.5, '
+                           'scrape_duration_seconds{job="ragmon"}[30m])')
+        print(f"{scrapes['value'][1]} scrapes, up >= {up['value'][1]}, scrape duration "
+              f"median {float(typical['value'][1]) * 1e3:.1f} ms, "
+              f"max {float(slowest['value'][1]) * 1e3:.1f} ms")
+        assert up["value"][1] == "1"
     finally:
         for process in (prometheus, alertmanager):
             process.terminate()

@@ -143,8 +143,10 @@ WINDOWS_SKIPPED: Final = Family(
 RELEASES_OWNED: Final = Family(
     "ragmon_releases_owned", "gauge", "Releases whose cells and drift state this worker "
     "exports (each release has one owner among the workers).")
-WORKER_ERRORS: Final = Family("ragmon_worker_errors", "counter",
-                              "Batches that failed and were dead-lettered whole.")
+WORKER_ERRORS: Final = Family(
+    "ragmon_worker_errors", "counter", "Failures inside the worker (the log says which): a "
+    "batch with a message set apart as worker_error, broker I/O retried, a failed drift "
+    "detection or threshold calibration.")
 SERIES_BUDGET: Final = Family("ragmon_series_budget", "gauge",
                               "The configured ceiling of exported series.")
 SLICE_VALUES_OVERFLOWED: Final = Family("ragmon_slice_values_overflowed", "counter",

@@ -13,7 +13,9 @@ the last DEMAND_SECONDS) and then at most once per `metrics_refresh_seconds`, or
 1 / RENDER_SHARE of its last render if that is longer: rendering takes at most that
 share of a core, and none of the worker's; it runs at a lower priority (nice
 PAGE_NICENESS), so on a busy machine the fold goes first. The worker's whole cost is
-the pickle of a snapshot it asked for. The page process exits when the worker does.
+the pickle of a snapshot it asked for. A scrape after a pause (the page older than
+STALE_SECONDS) waits for a fresh page. The page process exits when the worker does,
+scraped or not.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import logging
 import multiprocessing
 import os
 import pickle
+import select
 import socket
 import threading
 import time
@@ -47,6 +50,7 @@ __all__ = ["DEMAND_SECONDS", "RENDER_SHARE", "Book", "Pages", "serve_pages"]
 
 DEMAND_SECONDS: Final = 300.0  # snapshots are asked for while a scrape came this recently
 RENDER_SHARE: Final = 0.25     # of one core, at most, spent rendering pages
+STALE_SECONDS: Final = 10.0    # a scrape after a pause waits this long for a fresh page
 PAGE_NICENESS: Final = 10
 TEXT: Final = "text/plain; version=0.0.4; charset=utf-8"
 _WANT: Final = b"?"
@@ -77,7 +81,12 @@ class Book:
         self.registry: CollectorRegistry | None = None
         self.pages: dict[tuple[bool, bool], bytes] = {}   # (openmetrics, gzip) -> page
         self.scraped = time.monotonic()       # the last scrape (the start counts as one)
+        self.installed = float("-inf")        # when the current page was installed
         self.asked_openmetrics = 0.0          # the last scrape that asked for OpenMetrics
+
+    def demanded(self) -> bool:
+        """Whether a scrape came within DEMAND_SECONDS."""
+        return time.monotonic() - self.scraped < DEMAND_SECONDS
 
     def install(self, snapshot: Snapshot) -> None:
         """Render `snapshot`'s pages (the formats asked for lately) and make them current."""
@@ -90,17 +99,22 @@ class Book:
             pages[(form, True)] = gzip.compress(pages[(form, False)], compresslevel=6)
         with self.ready:
             self.registry, self.pages = registry, pages
+            self.installed = time.monotonic()
             self.ready.notify_all()
 
     def page(self, openmetrics: bool, compressed: bool, names: list[str] | None,
              timeout: float = 30.0) -> bytes | None:
         """The current page in a format (`None`: no snapshot within `timeout`); with
-        `names`, only those families (rendered for this scrape)."""
+        `names`, only those families (rendered for this scrape). After a pause in the
+        scrapes (the page older than STALE_SECONDS) this waits for a fresh page, up to
+        STALE_SECONDS, rather than serve the old one at once."""
         with self.ready:
-            self.scraped = time.monotonic()
+            now = self.scraped = time.monotonic()
             if openmetrics:
-                self.asked_openmetrics = self.scraped
-            self.ready.notify_all()  # the asking thread may be waiting for demand
+                self.asked_openmetrics = now
+            self.ready.notify_all()  # the asking loop may be waiting for demand
+            if now - self.installed > STALE_SECONDS:
+                self.ready.wait_for(lambda: self.installed >= now, STALE_SECONDS)
             if not self.ready.wait_for(lambda: self.registry is not None, timeout):
                 return None
             registry = self.registry
@@ -174,10 +188,11 @@ def serve_pages(sock: socket.socket, host: str, port: int, budget: int, full: bo
     interval = refresh_seconds
     with sock:
         while True:
-            with book.ready:  # wait for demand
-                book.ready.wait_for(
-                    lambda: time.monotonic() - book.scraped < DEMAND_SECONDS, timeout=60)
-            if time.monotonic() - book.scraped >= DEMAND_SECONDS:
+            with book.ready:  # wait for demand (a scrape lately), looking up once a second
+                book.ready.wait_for(lambda: book.demanded(), timeout=1.0)
+            if _closed(sock):
+                os._exit(0)  # the worker is gone: so are its pages
+            if not book.demanded():
                 continue
             try:
                 sock.sendall(_WANT)
@@ -185,11 +200,17 @@ def serve_pages(sock: socket.socket, host: str, port: int, budget: int, full: bo
             except OSError:
                 message = None
             if message is None:
-                os._exit(0)  # the worker is gone: so are its pages
+                os._exit(0)
             started = time.perf_counter()
             book.install(pickle.loads(message))
             interval = max(refresh_seconds, (time.perf_counter() - started) / RENDER_SHARE)
             time.sleep(max(0.0, interval - (time.perf_counter() - started)))
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether the worker closed its end (it sends nothing unasked: readable is EOF)."""
+    readable, _, _ = select.select([sock], [], [], 0)
+    return bool(readable) and not sock.recv(1, socket.MSG_PEEK)
 
 
 class Pages:

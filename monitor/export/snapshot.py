@@ -30,7 +30,7 @@ class Health:
     dlq_produced: int = 0         # dead letters produced
     batch_seconds: float = 0.0    # time spent folding batches
     batches: int = 0
-    errors: int = 0               # batches that failed and were dead-lettered whole
+    errors: int = 0               # failures inside the worker (ragmon_worker_errors)
     replayed_skipped: int = 0     # redelivered offsets a checkpoint already held
     checkpoints: int = 0          # partition checkpoints written
     state_lost: int = 0           # partitions whose checkpoint was gone or behind
