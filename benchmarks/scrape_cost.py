@@ -45,7 +45,6 @@ from worker_throughput import checkpointed
 from monitor.broker import EmbeddedBroker, free_port
 from monitor.client import ensure_topics, produce
 from monitor.export.collector import parse_exposition
-from monitor.settings import load
 from monitor.simulate import Simulator
 
 RELEASES = (b'"release":"2026.11.3"', b'"release":"2026.12.1"')  # the simulator's
@@ -145,9 +144,16 @@ def run_worker(broker: EmbeddedBroker, topic: str, n: int, workdir: Path, scrape
                idle: bool) -> dict[str, Any]:
     port = free_port()
     app_id = f"bench-{time.time_ns()}"
+    # Its own state, seen, references and dead-letter topics: a run must not read the
+    # checkpoints or references earlier runs wrote (stage two would merge them all).
+    own = {name: f"{app_id}.{name}" for name in ("state", "seen", "references", "dlq")}
     env = {**os.environ, **broker.env(), "RAGMON_METRICS_PORT": str(port),
            "RAGMON_APP_ID": app_id, "RAGMON_TOPIC_DECISIONS": topic,
-           "RAGMON_TOPIC_LABELS": f"{topic}.labels", "RAGMON_TOPIC_FEEDBACK": f"{topic}.fb"}
+           "RAGMON_TOPIC_LABELS": f"{topic}.labels", "RAGMON_TOPIC_FEEDBACK": f"{topic}.fb",
+           **{f"RAGMON_TOPIC_{name.upper()}": value for name, value in own.items()}}
+    ensure_topics(broker.settings().model_copy(update={
+        "topic_decisions": topic, "topic_labels": f"{topic}.labels",
+        "topic_feedback": f"{topic}.fb", **{f"topic_{k}": v for k, v in own.items()}}))
     log = open(workdir / f"worker-{port}.log", "wb")  # noqa: SIM115
     process = subprocess.Popen([sys.executable, "-m", "monitor.cli", "worker",
                                 "--loglevel", "warning"],
@@ -163,7 +169,7 @@ def run_worker(broker: EmbeddedBroker, topic: str, n: int, workdir: Path, scrape
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
-        state_topic = load().topic_state
+        state_topic = own["state"]
         before = cpu_seconds(process.pid)
         if scrapers:
             with Scrapers(port, scrapers) as busy:

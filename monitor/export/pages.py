@@ -49,7 +49,7 @@ from monitor.messages import pack_message, read_message
 __all__ = ["DEMAND_SECONDS", "RENDER_SHARE", "Book", "Pages", "serve_pages"]
 
 DEMAND_SECONDS: Final = 300.0  # snapshots are asked for while a scrape came this recently
-RENDER_SHARE: Final = 0.25     # of one core, at most, spent rendering pages
+RENDER_SHARE: Final = 0.1      # of one core, at most, spent rendering pages
 STALE_SECONDS: Final = 10.0    # a scrape after a pause waits this long for a fresh page
 PAGE_NICENESS: Final = 10
 TEXT: Final = "text/plain; version=0.0.4; charset=utf-8"
@@ -145,6 +145,7 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"  # keep-alive, as Prometheus scrapes: a thread per scraper
+    timeout = 120  # seconds a kept connection may idle before its thread lets it go
 
     def do_GET(self) -> None:
         accept = self.headers.get("Accept", "")
