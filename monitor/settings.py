@@ -139,7 +139,7 @@ class Settings(BaseSettings):
     # series per release of the demo's traffic); full: every family for every cell.
     metrics_detail: Literal["lean", "full"] = "lean"
     # The page process renders a new page at most this often while it is scraped
-    # (monitor/export/pages.py), and less often if a render takes over a quarter of it.
+    # (monitor/export/pages.py), and less often if a render takes over a tenth of it.
     metrics_refresh_seconds: float = Field(default=1.0, ge=0.1, le=300)
     # Drift detection: reference profiles and false-alarm budgets.
     reference_traces: int = Field(default=2_000, ge=100)
