@@ -1,7 +1,9 @@
-"""What one scrape renders: everything the pipelines folded, as one immutable value.
+"""What the metrics show at one moment: everything the pipelines folded, as one
+immutable value.
 
-The worker builds a `Snapshot` between batches and swaps it into the collector; a scrape
-only reads it (`export.families`), so scrapes never race the fold.
+The worker builds a `Snapshot` every second and hands it (pickled) to its page process
+(`export/pages.py`), which renders it once (`export.collector.families`) for every scrape
+until the next: scrapes never race the fold, nor run in the worker's process.
 """
 
 from __future__ import annotations
