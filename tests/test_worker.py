@@ -297,6 +297,8 @@ def test_stall_watchdog_restarts_in_place_and_counts_exactly(broker, tmp_path):
     try:
         produce(settings, settings.topic_decisions, messages[:2000])
         wait_for(lambda: release_traces(scrape(port)) == 2000, what="the first half")
+        time.sleep(2)  # the last checkpoint's count in the page
+        batches = scrape(port)[("ragmon_batches_total", ())]
         # Frozen while decisions arrive: on waking, no batch for longer than the stall
         # limit and unread decisions in its partitions -> it restarts itself in place.
         process.send_signal(signal.SIGSTOP)
@@ -309,6 +311,8 @@ def test_stall_watchdog_restarts_in_place_and_counts_exactly(broker, tmp_path):
         assert release_traces(scrape(port)) == 4000
         assert process.poll() is None  # the same process (PID), a fresh worker inside
         assert b"restarting in place" in (tmp_path / "w.log").read_bytes()
+        # Its own counters carried on, not back to zero.
+        assert scrape(port)[("ragmon_batches_total", ())] > batches >= 1
     finally:
         stop(process)
 

@@ -289,7 +289,10 @@ class Pages:
             log.error("%s; retrying on the next snapshot", exc)
         self._wanted, self._sent = False, None
 
-    def stop(self) -> None:
+    def stop(self, wait_seconds: float = 0.0) -> None:
+        """Close the page process's socket (it exits at once); wait for it if asked."""
         if self._socket is not None:
             self._socket.close()
             self._socket = None
+        if wait_seconds and self.process is not None:
+            self.process.join(timeout=wait_seconds)

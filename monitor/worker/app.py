@@ -44,7 +44,7 @@ from monitor.export.pages import Pages
 from monitor.export.snapshot import Health, Local, Snapshot, snapshot_from
 from monitor.ingest.parse import Rejection, payload_form
 from monitor.settings import Settings
-from monitor.worker import telemetry, topics, upkeep
+from monitor.worker import stall, telemetry, topics, upkeep
 from monitor.worker.batches import Batches
 from monitor.worker.connection import ssl_context
 from monitor.worker.merge import Merger, owner
@@ -56,6 +56,10 @@ __all__ = ["Worker", "build", "credentials"]
 log = logging.getLogger("ragmon.worker")
 TOPIC_CHECK_SECONDS = 10.0
 T = TypeVar("T")
+# The worker's own counters, carried on through a restart in place (the rest of its
+# health is read afresh; input counters come from the checkpoints).
+CARRIED_HEALTH = ("dlq_produced", "batch_seconds", "batches", "errors", "replayed_skipped",
+                  "checkpoints", "state_lost")
 class Worker:
     """The Faust app and the per-partition state it folds into; `build()` makes one."""
 
@@ -67,6 +71,9 @@ class Worker:
                            settings.metrics_detail == "full", settings.metrics_refresh_seconds)
         self.snapshot: Snapshot | None = None  # the latest, for the page process
         self.health = Health(state_max_bytes=settings.state_max_bytes)
+        for name, value in stall.carried().items():  # after a restart in place
+            if name in CARRIED_HEALTH:
+                setattr(self.health, name, type(getattr(self.health, name))(value))
         self.dlq = app.topic(settings.topic_dlq, value_serializer="raw", key_serializer="raw")
         self.partitions = Partitions(
             settings, app.topic(settings.topic_state, value_serializer="raw", key_serializer="raw"),
@@ -127,6 +134,12 @@ class Worker:
         self.health.batch_seconds += time.perf_counter() - started
         self.health.batches += 1
         self.last_progress = time.monotonic()
+
+    def restart_in_place(self) -> None:
+        """Restart this worker in place (monitor/worker/stall.py): its page process stopped
+        first (so that the port is free for the next one), its own counters carried on."""
+        self.pages.stop(wait_seconds=5.0)
+        stall.restart_in_place({name: getattr(self.health, name) for name in CARRIED_HEALTH})
 
     def owns(self, release: str) -> bool:
         """Whether this worker exports and detects on `release` (monitor/worker/merge.py)."""

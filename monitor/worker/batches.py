@@ -7,8 +7,6 @@ import logging
 import time
 from typing import Any, Protocol
 
-from monitor.worker import stall
-
 __all__ = ["BatchSink", "Batches"]
 
 log = logging.getLogger("ragmon.worker")
@@ -20,6 +18,8 @@ class BatchSink(Protocol):
     settings: Any
 
     async def fold(self, events: list[Any], kind: str) -> None: ...
+
+    def restart_in_place(self) -> None: ...
 
 
 class Batches:
@@ -56,7 +56,7 @@ class Batches:
                 # restore skip it): start again from the checkpoints, as after kill -9.
                 log.exception("folding a batch of %d %s failed: restarting in place",
                               len(events), self.kind)
-                stall.restart_in_place()
+                self.worker.restart_in_place()
             for event in events:
                 await self.stream.ack(event)
 

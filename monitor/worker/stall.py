@@ -14,12 +14,19 @@ restart exact, as after kill -9.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
 from collections.abc import Mapping
+from typing import Final
 
-__all__ = ["lagging", "restart_in_place"]
+__all__ = ["CARRIED", "carried", "lagging", "restart_in_place"]
+
+# The environment variable a restart in place hands the worker's own counters on in
+# (JSON): so that they do not go back to zero (a restart after the broker lost its log
+# would otherwise lose its `state_lost` count).
+CARRIED: Final = "RAGMON_CARRIED_COUNTERS"
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +36,20 @@ def lagging(ends: Mapping[int, int], applied: Mapping[int, int]) -> list[int]:
     return sorted(p for p, end in ends.items() if end - 1 > applied.get(p, -1))
 
 
-def restart_in_place() -> None:
-    """Replace this process with a fresh worker: same executable, arguments and PID."""
+def restart_in_place(counters: Mapping[str, float]) -> None:
+    """Replace this process with a fresh worker: same executable, arguments and PID, and
+    `counters` (the worker's own) carried on (`carried`)."""
     logging.shutdown()
-    os.execv(sys.executable, [sys.executable, "-m", "monitor.cli", *sys.argv[1:]])
+    env = {**os.environ, CARRIED: json.dumps(dict(counters))}
+    os.execve(sys.executable, [sys.executable, "-m", "monitor.cli", *sys.argv[1:]], env)
+
+
+def carried() -> dict[str, float]:
+    """The counters a restart in place handed on (empty for a fresh start); read once."""
+    text = os.environ.pop(CARRIED, "")
+    try:
+        found = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return {k: v for k, v in found.items() if isinstance(v, int | float)} \
+        if isinstance(found, dict) else {}

@@ -39,21 +39,15 @@ async def check_stall(worker: Worker) -> None:
         return
     ends = await topics.end_offsets(worker.settings, topic, owned)
     applied = {}
-    restored = worker.partitions.restored_at
     for partition in owned:
         offsets = await worker.partitions.recover(partition)
         applied[partition] = offsets.get(topic, -1)
-    if worker.partitions.restored_at > restored:
-        # Restored just now (after a broker outage, say): the fold has not had its
-        # chance yet, and a restart would only start it over. Look again in a period.
-        worker.last_progress = time.monotonic()
-        return
     waiting = stall.lagging(ends, applied)
     if waiting:
         log.error("stalled: partitions %s hold unread decisions (end offsets %s, applied "
                   "%s) and no batch for %.0f s; restarting in place", waiting, ends,
                   applied, idle)
-        stall.restart_in_place()
+        worker.restart_in_place()
     worker.last_progress = time.monotonic()  # caught up: look again after another period
 
 
@@ -89,3 +83,6 @@ async def check_topics(worker: Worker) -> None:
     async with worker._folding:
         await worker.partitions.forget({tp.partition for tp in assigned})
         await rewind(worker.app.consumer, assigned)
+    # The fold gets a whole stall period from here: the outage before it was no stall, and
+    # a restart in place now would start counting again and lose the `state_lost` count.
+    worker.last_progress = time.monotonic()
