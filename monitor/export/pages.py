@@ -93,10 +93,9 @@ class Book:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Rendered(families(snapshot, self.budget, self.full)))
         openmetrics = time.monotonic() - self.asked_openmetrics < DEMAND_SECONDS
-        pages = {}
+        pages: dict[tuple[bool, bool], bytes] = {}
         for form in (False, True) if openmetrics else (False,):
-            pages[(form, False)] = _render(registry, form)
-            pages[(form, True)] = gzip.compress(pages[(form, False)], compresslevel=6)
+            _render_into(pages, registry, form)
         with self.ready:
             self.registry, self.pages = registry, pages
             self.installed = time.monotonic()
@@ -120,20 +119,23 @@ class Book:
             registry = self.registry
             assert registry is not None
             if names:
-                page = _render(registry.restricted_registry(names), openmetrics)
-                return gzip.compress(page, compresslevel=6) if compressed else page
-            found = self.pages.get((openmetrics, compressed))
-            if found is None:  # a format not asked for lately: render it now, once
-                plain = self.pages[(openmetrics, False)] = _render(registry, openmetrics)
-                self.pages[(openmetrics, True)] = gzip.compress(plain, compresslevel=6)
-                found = self.pages[(openmetrics, compressed)]
-            return found
+                chosen: dict[tuple[bool, bool], bytes] = {}
+                _render_into(chosen, registry.restricted_registry(names), openmetrics)
+                return chosen[(openmetrics, compressed)]
+            if (openmetrics, compressed) not in self.pages:  # not asked for lately: now, once
+                _render_into(self.pages, registry, openmetrics)
+            return self.pages[(openmetrics, compressed)]
 
 
-def _render(registry: Any, openmetrics: bool) -> bytes:
+def _render_into(pages: dict[tuple[bool, bool], bytes], registry: Any,
+                 openmetrics: bool) -> None:
+    """Render `registry` in one format into `pages`, plain and gzipped."""
     if openmetrics:
-        return generate_openmetrics(registry)  # type: ignore[no-untyped-call,no-any-return]
-    return generate_text(registry)
+        plain: bytes = generate_openmetrics(registry)  # type: ignore[no-untyped-call]
+    else:
+        plain = generate_text(registry)
+    pages[(openmetrics, False)] = plain
+    pages[(openmetrics, True)] = gzip.compress(plain, compresslevel=6)
 
 
 class _Server(ThreadingHTTPServer):

@@ -41,7 +41,7 @@ from monitor.aggregate.layout import from_settings
 from monitor.detect.drift import Drift, DriftConfig, DriftView
 from monitor.detect.watch import Watch, to_record
 from monitor.export.pages import Pages
-from monitor.export.snapshot import Health, Local, Snapshot, snapshot_from
+from monitor.export.snapshot import Health, Local, snapshot_from
 from monitor.ingest.parse import Rejection, payload_form
 from monitor.settings import Settings
 from monitor.worker import stall, telemetry, topics, upkeep
@@ -69,7 +69,6 @@ class Worker:
         self._folding = asyncio.Lock()
         self.pages = Pages(settings.metrics_host, settings.metrics_port, settings.series_budget,
                            settings.metrics_detail == "full", settings.metrics_refresh_seconds)
-        self.snapshot: Snapshot | None = None  # the latest, for the page process
         self.health = Health(state_max_bytes=settings.state_max_bytes)
         for name, value in stall.carried().items():  # after a restart in place
             if name in CARRIED_HEALTH:
@@ -259,9 +258,9 @@ class Worker:
         self.health.watermark_lag = max(time.time() - watermark, 0.0) if watermark > 0 else 0
         with self.tracer.start_as_current_span("ragmon.export"):
             counters = self.merger.counters(self.partitions.state_key(p) for p in self.owned)
-            self.snapshot = snapshot_from(self.drift.layout, local, self.health,
-                                          self.drift_view, cells, counters)
-            self.pages.offer(self.snapshot)  # if the page process asked for one
+            snapshot = snapshot_from(self.drift.layout, local, self.health,
+                                     self.drift_view, cells, counters)
+            self.pages.offer(snapshot)  # if the page process asked for one
 
 
 def build(settings: Settings) -> Worker:
