@@ -58,6 +58,11 @@ def _drift(name: str, signals: str, severity: str, summary: str, what: str) -> d
     }
 
 
+# How long a release's streams may wait for their thresholds after its reference froze
+# before RagmonStreamsUnarmed fires (calibration arms a release's streams within minutes;
+# benchmarks/RESULTS.md, "Arming"). Change it here and run this script.
+UNARMED_FOR = "15m"
+
 ALERTS: list[dict[str, Any]] = [
     _drift("RagmonRetrievalScoreDrift", "top_score|top_score_spread", "warning",
            "Retrieval scores drifted from the reference",
@@ -97,6 +102,20 @@ ALERTS: list[dict[str, Any]] = [
                            "has no reference yet): drift is not judged until a new reference "
                            "is frozen (`ragmon reference freeze --release "
                            "{{ $labels.release }}`).",
+        },
+    },
+    {
+        "alert": "RagmonStreamsUnarmed",
+        "expr": 'sum by (release) (ragmon_drift_streams{status="insufficient_data"}) > 0\n'
+                "and on (release) max by (release) (ragmon_recalibration_required) == 0",
+        "for": UNARMED_FOR,
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "Drift streams of a release have a reference but no threshold",
+            "description": "{{ $value }} drift stream(s) of release {{ $labels.release }} "
+                           f"have waited more than {UNARMED_FOR} for their thresholds: they "
+                           "cannot alarm. Calibration is behind (CPU) or failing "
+                           "(ragmon_errors_total, the worker log).",
         },
     },
     {
@@ -227,6 +246,19 @@ CASES: list[tuple[Any, ...]] = [
                                       "1x40")], "35m", [({"release": "r2"}, 1)]),
     ("RagmonRecalibrationRequired", [(f'ragmon_recalibration_required{{release="r2",{_W}}}',
                                       "1x40")], "20m", []),
+    ("RagmonStreamsUnarmed", [(f'ragmon_drift_streams{{release="r2",status="insufficient_data",'
+                               f'{_W}}}', "40x30"),
+                              (f'ragmon_recalibration_required{{release="r2",{_W}}}', "0x30")],
+     "20m", [({"release": "r2"}, 40)]),
+    ("RagmonStreamsUnarmed", [(f'ragmon_drift_streams{{release="r2",status="insufficient_data",'
+                               f'{_W}}}', "40x30"),
+                              (f'ragmon_recalibration_required{{release="r2",{_W}}}', "0x30")],
+     "10m", []),
+    # Without a reference the streams are not armed by design: RecalibrationRequired says so.
+    ("RagmonStreamsUnarmed", [(f'ragmon_drift_streams{{release="r2",status="insufficient_data",'
+                               f'{_W}}}', "40x30"),
+                              (f'ragmon_recalibration_required{{release="r2",{_W}}}', "1x30")],
+     "20m", []),
     ("RagmonDown", [(f"up{{{_W}}}", "1 1 0 0 0 0 0")], "5m",
      [({"instance": "w1", "job": "ragmon"}, 0)]),
     ("RagmonDown", [(f"up{{{_W}}}", "1 1 0 0 0 0 0")], "3m", []),

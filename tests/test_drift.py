@@ -8,18 +8,42 @@ import numpy as np
 import pytest
 
 from monitor.aggregate.layout import from_settings
+from monitor.aggregate.table import Cell
 from monitor.cli import main
 from monitor.detect import detectors as det
 from monitor.detect.drift import Drift, DriftConfig
 from monitor.detect.reference import Accumulator, from_bytes
-from monitor.detect.streams import stream_specs
+from monitor.detect.streams import shape_of, stream_specs
 from monitor.detect.thresholds import arl0_windows, calibration_key, run_lengths, threshold
 from monitor.offline.backtest import Backtest
 from monitor.settings import load
 from monitor.simulate import Simulator
 
+
+def _shape(pdf) -> det.Atoms:
+    """The shape the stream builders keep of a reference histogram of a density on [0, 1]."""
+    layout = from_settings(load())
+    hist = layout.histograms["top_score"]
+    counts = np.zeros(layout.n_counts)
+    mids = (np.arange(len(hist.edges) - 1) + 0.5) / (len(hist.edges) - 1)
+    counts[hist.offset + 1: hist.offset + len(hist.edges)] = np.round(2000 * pdf(mids)
+                                                                      / pdf(mids).sum())
+    atoms = shape_of(hist, Cell(counts, np.zeros(layout.n_sums), {}))
+    assert atoms is not None
+    return atoms
+
+
+SKEWED = _shape(lambda x: x * (1 - x) ** 4)  # Beta(2, 5)
+BIMODAL = _shape(lambda x: np.exp(-((x - 0.2) / 0.05) ** 2) + np.exp(-((x - 0.8) / 0.05) ** 2))
+
 # (family, window n, null statistic per window, a strong change in the family's direction)
 FAMILIES = {
+    "location up, skewed reference": (det.location(2000, 0.29, 0.026, 1, SKEWED), 20, [5.8],
+                                      [7.5]),
+    "spread down, bimodal reference": (det.spread(2000, 0.09, 0.0082, -1, BIMODAL), 20, [1.8],
+                                       [0.2]),
+    "rate up from exactly 0%": (det.rate(2000, 0, 1), 100, [0.0], [5.0]),
+    "rate down from exactly 100%": (det.rate(2000, 2000, -1), 100, [100.0], [92.0]),
     "location up": (det.location(2000, 0.6, 0.02, 1), 20, [12.0], [14.0]),
     "location down": (det.location(2000, 0.6, 0.02, -1), 20, [12.0], [10.0]),
     "spread up": (det.spread(2000, 0.02, 0.0012, 1), 20, [0.4], [1.2]),
@@ -56,6 +80,31 @@ def test_one_sided_detectors_ignore_the_other_direction(name):
     opposite = [2 * a - b for a, b in zip(null, change, strict=True)]
     detector = det.Detector(family, threshold(family, n, 500))
     assert not any(detector.update(n, [max(v, 0.0) for v in opposite]).alarm for _ in range(10))
+
+
+@pytest.mark.parametrize(("events", "sign", "null", "change"), [
+    (2000, -1, 1.0, 0.97),  # coverage of exactly 100% can only drop
+    (0, 1, 0.0, 0.02),      # a rate of exactly 0% can only rise
+])
+def test_a_degenerate_share_alarms_only_where_it_can_move(events, sign, null, change):
+    assert det.rate(2000, events, -sign) is None  # the direction it cannot move: no stream
+    family = det.rate(2000, events, sign)
+    n = 20
+    detector = det.Detector(family, threshold(family, n, arl0_windows(30, 50, 60)))
+    rng = np.random.default_rng(5)
+    quiet = rng.binomial(n, null, 100_000 // n)  # 10^5 traces at the degenerate value
+    assert not any(detector.update(n, [float(k)]).alarm for k in quiet)
+    moved = rng.binomial(n, change, 2_000)
+    fired = next((i for i, k in enumerate(moved) if detector.update(n, [float(k)]).alarm), None)
+    assert fired is not None and fired < 200, "a change away from the degenerate value"
+
+
+def test_a_window_without_spread_is_evidence_not_infinity():
+    # Point masses (a ratio that is 1.0 for 88% of traces) make windows whose values are
+    # all equal: the spread statistic of such a window is bounded, not -log 0.
+    family = det.spread(2000, 0.06, 0.01, -1)
+    g = family.glr(np.array([19.0]), np.array([[0.0]]))[0]
+    assert 0 < g < 19 * family.shape * 4
 
 
 def test_streaming_detector_equals_the_vectorised_scan():
@@ -142,6 +191,17 @@ def test_scenarios_alarm_after_the_change(scenario):
     if scenario == "prompt_change":  # only German answers less
         languages = {r["value"] for r in hits if r["dimension"] == "language"}
         assert languages == {"de"}
+
+
+def test_gate_leaks_are_reported_before_a_release_has_a_reference():
+    # 1,500 traces, the leaks from the 500th: fewer than the 2,000 a reference needs, so
+    # no drift stream exists; a leak is an incident all the same (backtest = worker).
+    lines = list(Simulator(seed=7, scenario="gate_leak", change_at=500).traces(1_500))
+    records = _backtest(lines)
+    leaks = [r for r in records if r["alarm"] == "gate_leak"]
+    assert leaks and all(r["signal"] == "gate_leak" for r in leaks)
+    assert {r["dimension"] for r in leaks} >= {None}  # the release total
+    assert {r["alarm"] for r in records} == {"gate_leak"}
 
 
 @pytest.mark.slow

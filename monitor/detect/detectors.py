@@ -43,8 +43,8 @@ import numpy as np
 from scipy import special
 
 __all__ = [
-    "LAGS", "Bernoulli", "Detector", "Family", "GammaScale", "GaussMean", "Multinomial", "Update",
-    "glr_scan", "location", "rate", "spread", "spread_sum",
+    "LAGS", "Atoms", "Bernoulli", "Detector", "Family", "GammaScale", "GaussMean", "Multinomial",
+    "Update", "glr_scan", "location", "rate", "spread", "spread_sum",
 ]
 
 # Candidate change points, in windows back from the newest: a geometric grid loses little
@@ -54,6 +54,14 @@ LAGS: Final = np.array(
     np.int64,
 )
 _TINY: Final = 1e-300
+# The smallest spread ratio a window is read as: a window whose values are all equal (a
+# signal with point masses, a small window) would otherwise give -log 0, a statistic
+# no threshold can hold; a tenth of the reference's standard deviation is change enough.
+_RATIO_FLOOR: Final = 1e-2
+
+# A reference's own distribution, standardised: ((value, weight), ...) with weighted mean
+# 0 and variance 1 (`streams` makes it from a histogram; `empirical` simulates from it).
+Atoms = tuple[tuple[float, float], ...]
 
 
 class Family(Protocol):
@@ -93,6 +101,7 @@ class GaussMean:
     sign: int = 1
     n_ref: float = float("inf")
     width: int = 1
+    atoms: Atoms | None = None  # the reference's shape, for calibration only
 
     def glr(self, n: np.ndarray, t: np.ndarray) -> np.ndarray:
         excess = np.maximum(self.sign * (t[..., 0] - n * self.mean), 0.0)
@@ -122,10 +131,11 @@ class GammaScale:
     sign: int = 1
     n_ref: float = float("inf")
     width: int = 1
+    atoms: Atoms | None = None  # the reference's shape, for calibration only
 
     def glr(self, n: np.ndarray, t: np.ndarray) -> np.ndarray:
         nn = np.maximum(n, _TINY)
-        r = np.maximum(t[..., 0], _TINY) / (nn * self.mean)
+        r = np.maximum(t[..., 0] / (nn * self.mean), _RATIO_FLOOR)
         if math.isfinite(self.n_ref):  # two samples: the windows and the reference
             pooled = (r * nn + self.n_ref) / (nn + self.n_ref)
             g = self.shape * (nn * np.log(pooled / r) + self.n_ref * np.log(pooled))
@@ -146,7 +156,8 @@ class GammaScale:
 
 @dataclass(frozen=True)
 class Bernoulli:
-    """Share of traces with an event; `p` is the reference share (smoothed, never 0 or 1)."""
+    """Share of traces with an event; `p` is the reference share (with a reference of
+    known size, `n_ref`, the statistic is two-sample, and `p` may be 0 or 1)."""
 
     p: float
     sign: int = 1
@@ -160,8 +171,10 @@ class Bernoulli:
         if math.isfinite(self.n_ref):  # two samples: the windows and the reference
             k0, n0 = self.p * self.n_ref, self.n_ref
             pooled = (k + k0) / (nn + n0)
-            g = (_xlogy(k, phat / pooled) + _xlogy(n - k, (1.0 - phat) / (1.0 - pooled))
-                 + _xlogy(k0, self.p / pooled) + _xlogy(n0 - k0, (1.0 - self.p) / (1.0 - pooled)))
+            with np.errstate(divide="ignore", invalid="ignore"):  # 0/0 where pooled is 0 or 1
+                g = (_xlogy(k, phat / pooled) + _xlogy(n - k, (1.0 - phat) / (1.0 - pooled))
+                     + _xlogy(k0, self.p / pooled)
+                     + _xlogy(n0 - k0, (1.0 - self.p) / (1.0 - pooled)))
         else:
             g = _xlogy(k, phat / self.p) + _xlogy(n - k, (1.0 - phat) / (1.0 - self.p))
         return np.where(self.sign * (phat - self.p) > 0, g, 0.0)
@@ -219,18 +232,20 @@ def _strata(rng: np.random.Generator, draws: int) -> np.ndarray:
     return np.clip(u, 1e-12, 1.0 - 1e-12)[:, None]  # no infinite quantile at 0
 
 
-def location(n_ref: float, mean: float, var: float, sign: int) -> GaussMean:
+def location(n_ref: float, mean: float, var: float, sign: int,
+             atoms: Atoms | None = None) -> GaussMean:
     """Location shift of a signal (window statistic: the sum of its values)."""
-    return GaussMean(mean, max(var, 1e-12), sign, n_ref)
+    return GaussMean(mean, max(var, 1e-12), sign, n_ref, atoms=atoms)
 
 
-def spread(n_ref: float, var: float, m4: float, sign: int) -> GammaScale:
+def spread(n_ref: float, var: float, m4: float, sign: int,
+           atoms: Atoms | None = None) -> GammaScale:
     """Change of spread: y = (x - mean)^2 has mean `var` and variance m4 - var^2 (from the
     reference, so a non-Gaussian shape is not mistaken for a change). Windows enter
     as `spread_sum`."""
     var = max(var, 1e-12)
     shape = var * var / max(m4 - var * var, 1e-3 * var * var)
-    return GammaScale(var, shape, sign, n_ref)
+    return GammaScale(var, shape, sign, n_ref, atoms=atoms)
 
 
 def spread_sum(n: float, total: float, sum_squares: float) -> tuple[float, float]:
@@ -241,10 +256,15 @@ def spread_sum(n: float, total: float, sum_squares: float) -> tuple[float, float
     return n - 1.0, max(sum_squares - total * total / n, 0.0)
 
 
-def rate(n_ref: float, events_ref: float, sign: int) -> Bernoulli:
-    """Rise (sign +1) or drop (-1) of a share; the reference share is smoothed by half an
-    event each way so a reference with no events still gives a finite statistic."""
-    return Bernoulli((events_ref + 0.5) / (n_ref + 1.0), sign, n_ref)
+def rate(n_ref: float, events_ref: float, sign: int) -> Bernoulli | None:
+    """Rise (sign +1) or drop (-1) of a share against a reference of `n_ref` traces with
+    `events_ref` events (two-sample: a reference share of 0 or 1 gives a finite
+    statistic). None where the share cannot move that way (a reference of exactly 0%
+    cannot drop, one of 100% cannot rise): a degenerate reference never alarms in a
+    direction it cannot move."""
+    if n_ref <= 0 or (sign < 0 and events_ref <= 0) or (sign > 0 and events_ref >= n_ref):
+        return None
+    return Bernoulli(events_ref / n_ref, sign, n_ref)
 
 
 def _xlogy(x: np.ndarray | float, y: np.ndarray | float) -> np.ndarray:

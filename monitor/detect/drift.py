@@ -16,7 +16,8 @@ For every release, `Drift.observe` takes each closed window's merged table and:
 Streams of a cell (signal, direction): each continuous signal's location (up, down)
 and spread (`<signal>_spread` up, down); `critical_claim_unsupported_rate` up;
 `answer_coverage` down and up; `reason_mix` change; `self_check_reject_rate` and
-`verbatim_failure_rate` up; `gate_leak`, where any occurrence alarms. After an alarm
+`verbatim_failure_rate` up; `gate_leak`, where any occurrence alarms (with or without
+a reference: an incident needs none). After an alarm
 the detector restarts; the stream stays in alarm (`alarm_active`) until it has gone
 `alarm_hold_windows` windows without alarming again, so a change that persists is one
 alarm, not one per window.
@@ -202,10 +203,10 @@ class Drift:
         """Set every detector's threshold from its family's budget. Simulation takes
         seconds for a new kind of stream: the worker runs this in a thread while the
         fold goes on (detectors wait with an infinite threshold: insufficient data)."""
-        # Release totals first: a release's own alarms are armed within seconds, its
-        # slices' (many more streams, often sharing the totals' simulations) follow.
-        # A copy: the fold may add streams meanwhile.
-        detectors = sorted(self.detectors.items(), key=lambda item: item[0].dimension != "")
+        # A copy in a fair order (the fold may add streams meanwhile): every release's
+        # totals first, then slices round-robin across releases, each release's busiest
+        # first, so N releases are armed side by side, not one after the other.
+        detectors = [(key, self.detectors[key]) for key in self._fair_order()]
         families = [d.family for _, d in detectors]  # ... and grow references
         per_family: dict[str, int] = {}
         for key, _ in detectors:
@@ -224,6 +225,19 @@ class Drift:
         self.calibrated = len(detectors) == len(self.detectors) and all(
             d.family is f for (_, d), f in zip(detectors, families, strict=True))
 
+    def _fair_order(self) -> list[StreamKey]:
+        keys = list(self.detectors)
+        totals = [k for k in keys if k.dimension == ""]
+        by_release: dict[str, list[StreamKey]] = {}
+        for key in keys:
+            if key.dimension:
+                by_release.setdefault(key.release, []).append(key)
+        queues = [sorted(q, key=lambda k: -self.window_n.get(k, 0.0))
+                  for _, q in sorted(by_release.items())]
+        slices = [q[i] for i in range(max(map(len, queues), default=0))
+                  for q in queues if i < len(q)]
+        return sorted(totals, key=lambda k: k.release) + slices
+
     # --- the fold --------------------------------------------------------------------
 
     def observe(self, window_start: int, table: Table,
@@ -235,6 +249,8 @@ class Drift:
         for release in releases:
             self.windows_seen[release] = self.windows_seen.get(release, 0) + 1
             seen = components.get(release, set())
+            # Leaks are incidents: judged with or without a (valid) reference.
+            alarms.extend(self._leaks(release, window_start, cells))
             reference = self.references.get(release)
             if reference is None:
                 self._accumulate(release, window_start, table, seen, now)
@@ -280,26 +296,36 @@ class Drift:
 
     def _mark(self, release: str, window_start: int, status: str) -> None:
         for key, verdict in list(self.verdicts.items()):
-            if key.release == release:
+            if key.release == release and key.signal != "gate_leak":
                 self.verdicts[key] = Verdict(verdict.statistic, verdict.threshold, False,
                                              status, window_start)
 
-    def _detect(self, release: str, window_start: int, cells: dict[CellKey, Cell],
-                reference: Reference) -> list[Alarm]:
+    def _leaks(self, release: str, window_start: int, cells: dict[CellKey, Cell]) -> list[Alarm]:
+        """Gate leaks of the window: an incident, not a statistic (no reference, no budget)."""
         alarms: list[Alarm] = []
         gate = self.layout.counts["gate_leaks"]
         for (rel, dimension, value), cell in cells.items():
             if rel != release:
                 continue
             leaks = int(cell.counts[gate])
-            leak_key = StreamKey(release, dimension, value, "gate_leak", "up")
-            if leaks:  # an incident, not a statistic: no reference, no budget
-                if not self._is_latched(leak_key, window_start):
-                    alarms.append(Alarm(leak_key, window_start, float(leaks), 0.0, 1, 0.0,
+            key = StreamKey(release, dimension, value, "gate_leak", "up")
+            if leaks:
+                if not self._is_latched(key, window_start):
+                    alarms.append(Alarm(key, window_start, float(leaks), 0.0, 1, 0.0,
                                         float(leaks)))
-                self.last_alarm[leak_key] = window_start
-            self.verdicts[leak_key] = self._verdict(leak_key, float(leaks), 0.0, window_start,
-                                                    "alarm" if leaks else "ok", 1)
+                self.last_alarm[key] = window_start
+            self.verdicts[key] = self._verdict(key, float(leaks), 0.0, window_start,
+                                               "alarm" if leaks else "ok", 1)
+        for alarm in alarms:
+            self.alarm_counts[alarm.key] = self.alarm_counts.get(alarm.key, 0) + 1
+        return alarms
+
+    def _detect(self, release: str, window_start: int, cells: dict[CellKey, Cell],
+                reference: Reference) -> list[Alarm]:
+        alarms: list[Alarm] = []
+        for (rel, dimension, value), cell in cells.items():
+            if rel != release:
+                continue
             ref_cell = reference.cell(dimension, value)
             if ref_cell is not None:
                 for name, hist in self.layout.histograms.items():

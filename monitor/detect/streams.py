@@ -2,8 +2,10 @@
 how a stream's null model comes from a reference cell, and what a window contributes.
 
 Every continuous signal gets a location stream (window sums; Gaussian GLR) and a spread
-stream (within-window sums of squares; Gamma-scale GLR) in both directions; shares are
-Bernoulli streams; the abstention reasons one multinomial stream. `distances` explains a
+stream (within-window sums of squares; Gamma-scale GLR) in both directions, each carrying
+its reference's shape (`shape_of`) for calibration; shares are Bernoulli streams (none in
+a direction a degenerate reference cannot move); the abstention reasons one multinomial
+stream. `distances` explains a
 drift (KS, PSI, Wasserstein between histograms) without deciding it.
 """
 
@@ -19,7 +21,7 @@ from monitor.aggregate.layout import Histogram, Layout
 from monitor.aggregate.table import Cell
 from monitor.detect import detectors as det
 
-__all__ = ["EXCLUDED_SIGNALS", "Spec", "distances", "stream_specs"]
+__all__ = ["EXCLUDED_SIGNALS", "Spec", "distances", "shape_of", "stream_specs"]
 
 EXCLUDED_SIGNALS: Final = ("latency_ms", "cost")
 
@@ -90,13 +92,34 @@ def _moments(hist: Histogram, cell: Cell) -> tuple[float, float, float]:
     return n, total, squares
 
 
+def shape_of(hist: Histogram, cell: Cell) -> det.Atoms | None:
+    """The reference's histogram as a standardised distribution: its bins as atoms (bin
+    mids; the under- and overflow bins at the range's edges, where a point mass such as
+    a ratio of exactly 1.0 falls), in units of the histogram's own standard deviation,
+    rounded to 1e-4. The shape its thresholds are simulated from (`thresholds`); a
+    coarser summary (12 quantile groups) was measured 0.6-43x off budget, the bins
+    0.8-1.2x (benchmarks/RESULTS.md, "Null panel")."""
+    edges = hist.edges
+    mids = np.concatenate([[edges[0]], (edges[1:] + edges[:-1]) / 2, [edges[-1]]])
+    bins = cell.counts[hist.offset: hist.offset + hist.width].astype(np.float64)
+    if bins.sum() <= 0:
+        return None
+    w = bins / bins.sum()
+    mean = float((w * mids).sum())
+    sd = float(np.sqrt(max((w * (mids - mean) ** 2).sum(), 0.0)))
+    if sd <= 1e-9 * max(1.0, abs(mean)):
+        return None  # one bin: nothing to simulate a shape from
+    return tuple((round(float((m - mean) / sd), 4), round(float(p), 6))
+                 for m, p in zip(mids, w, strict=True) if p > 0)
+
+
 def _location(hist: Histogram, sign: int) -> Callable[[Cell], tuple[det.Family, float] | None]:
     def build(cell: Cell) -> tuple[det.Family, float] | None:
         n, total, squares = _moments(hist, cell)
         if n < 2:
             return None
         mean = total / n
-        return det.location(n, mean, squares / n - mean * mean, sign), n
+        return det.location(n, mean, squares / n - mean * mean, sign, shape_of(hist, cell)), n
     return build
 
 
@@ -113,7 +136,7 @@ def _spread(hist: Histogram, sign: int) -> Callable[[Cell], tuple[det.Family, fl
         mids = np.concatenate([[edges[0]], (edges[1:] + edges[:-1]) / 2, [edges[-1]]])
         bins = cell.counts[hist.offset: hist.offset + hist.width].astype(np.float64)
         m4 = float((bins * (mids - mean) ** 4).sum() / max(bins.sum(), 1.0))
-        return det.spread(n, var, max(m4, var * var * 1.01), sign), n
+        return det.spread(n, var, max(m4, var * var * 1.01), sign, shape_of(hist, cell)), n
     return build
 
 
@@ -153,7 +176,8 @@ def _rate_spec(signal: str, direction: str, sign: int, events: tuple[int, ...],
 
     def build(cell: Cell) -> tuple[det.Family, float] | None:
         n, k = counts(cell)
-        return (det.rate(n, k, sign), n) if n > 0 else None
+        family = det.rate(n, k, sign)
+        return None if family is None else (family, n)
 
     def window(cell: Cell, _family: det.Family) -> tuple[float, list[float]]:
         n, k = counts(cell)

@@ -15,6 +15,13 @@ Budgets longer than the simulation are reached by extrapolation: log ARL0 is
 asymptotically linear in h (Siegmund; for the GLR the slope is about 1 per nat), so
 the line fitted to the longest measured run lengths is extended.
 
+The null model of a location or spread stream is Gaussian or Gamma; real signals are
+not. Their thresholds add the shift the reference's own distribution makes
+(`shape_shift`): the model's threshold and one simulated from the reference's histogram
+(`empirical.Empirical`), both at a budget the simulation reaches directly, differ by a
+shift that is carried on to the stream's budget. A share's model is exact (Bernoulli);
+a reference of exactly 0% is keyed on its own.
+
 A family's time budget (one false alarm per `days` for all its streams) is shared
 evenly: each of `streams` streams gets ARL0 = streams * days * 86400 / window_seconds
 windows (`arl0_windows`).
@@ -29,6 +36,7 @@ import hashlib
 import math
 import os
 import shutil
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Final
@@ -36,6 +44,7 @@ from typing import Final
 import numpy as np
 
 from monitor.detect.detectors import Bernoulli, Family, GammaScale, GaussMean, Multinomial, glr_scan
+from monitor.detect.empirical import Empirical
 
 __all__ = ["SHIPPED", "arl0_windows", "calibration_key", "run_lengths", "ship", "threshold"]
 
@@ -43,7 +52,7 @@ _MIN_ALARMS = 40  # alarms needed before an ARL0 estimate is trusted
 _STEPS = 1500     # windows simulated per stream; longer budgets are extrapolated
 _GAUSSIAN_EVENTS = 10.0
 _SOURCES = b"".join(Path(__file__).with_name(name).read_bytes()
-                    for name in ("thresholds.py", "detectors.py"))
+                    for name in ("thresholds.py", "detectors.py", "empirical.py"))
 _SOURCES_DIGEST: Final = hashlib.sha256(_SOURCES).hexdigest()
 # Calibrations shipped with the package (`ship`): the default layout's keys, so that a
 # fresh install arms its streams without simulating first. Read after the cache folder.
@@ -56,7 +65,63 @@ def arl0_windows(days: float, streams: int, window_seconds: float) -> float:
 
 
 def threshold(family: Family, window_n: float, arl0: float) -> float:
-    """The threshold giving `arl0` windows between false alarms (calibrated, cached)."""
+    """The threshold giving `arl0` windows between false alarms (calibrated, cached).
+
+    A location or spread stream that carries its reference's shape (`atoms`) gets the
+    model's threshold plus the shift its shape makes (`shape_shift`)."""
+    base = _model_threshold(family, window_n, arl0)
+    if isinstance(family, GaussMean | GammaScale) and family.atoms is not None:
+        base += shape_shift(family, window_n, arl0)
+    return base
+
+
+# A shape's simulation: 120,000 windows (ARL0 measured directly up to ~2,000 windows,
+# extrapolated beyond with its own slope), ~0.25 s a shape.
+_SHIFT_STEPS = 1_000
+_SHIFT_CHAINS = 120
+
+
+def shape_shift(family: GaussMean | GammaScale, window_n: float, arl0: float) -> float:
+    """How far the reference's own distribution moves the threshold from its model's at
+    `arl0` windows: the threshold simulated from the reference's histogram (`Empirical`,
+    traces drawn from its bins) minus the model's, both with the reference known exactly
+    (its uncertainty is the model's part), each curve extrapolated with its own slope
+    (carrying a shift measured at 1,000 windows on unchanged was 0.2-1.8x off budget at
+    5,000 on a bimodal shape; benchmarks/RESULTS.md, "Null panel"). Skipped where the
+    window is large enough for the model to hold (the Gaussian location model when the
+    window sum's skew and kurtosis are negligible, spread in windows of >= 2,000)."""
+    empirical = empirical_key(family, window_n)
+    if empirical is None:
+        return 0.0
+    at = max(arl0, 2.0)
+    model = replace(family, n_ref=float("inf"), atoms=None)
+    n = float(round(window_n))
+    return _model_threshold(empirical, n, at) - _model_threshold(model, n, at)
+
+
+def empirical_key(family: GaussMean | GammaScale, window_n: float) -> Empirical | None:
+    """The `Empirical` null of a stream's shape, canonical so that equal shapes share one
+    simulation (a location drop is a rise of the mirrored shape); None where not needed."""
+    atoms = family.atoms
+    if not atoms:
+        return None
+    n = max(1.0, float(round(window_n)))
+    values = np.array([a[0] for a in atoms])
+    weights = np.array([a[1] for a in atoms])
+    if isinstance(family, GaussMean):
+        skew = float((weights * values ** 3).sum())
+        kurt = float((weights * values ** 4).sum()) - 3.0
+        if skew * skew / n < 1.6e-3 and abs(kurt) / n < 7.5e-3:
+            return None  # the window sum is Gaussian to the tail the budget reaches
+        if family.sign < 0:
+            atoms = tuple((round(-v, 4) + 0.0, w) for v, w in reversed(atoms))
+        return Empirical("location", atoms, 1)
+    if n >= 2_000:
+        return None
+    return Empirical("spread", atoms, family.sign, round(family.shape, 3))
+
+
+def _model_threshold(family: Family, window_n: float, arl0: float) -> float:
     hs, log_arls = _curve(*calibration_key(family, window_n))
     target = math.log(max(arl0, 1.0))
     if target <= log_arls[-1]:
@@ -77,6 +142,8 @@ def calibration_key(family: Family, window_n: float) -> tuple[Family, float]:
     reference size relative to the window matters; so is a share with >= 10 expected
     events (and non-events) per window, close enough."""
     n = max(1.0, window_n)
+    if isinstance(family, Empirical):
+        return family, float(max(1, round(n)))
     pivot = GaussMean(0.0, 1.0, 1, _grid(family.n_ref / n)), 1.0
     if isinstance(family, GaussMean):
         return pivot
@@ -86,8 +153,8 @@ def calibration_key(family: Family, window_n: float) -> tuple[Family, float]:
         total_shape = n * family.shape
         if total_shape >= 10 * _GAUSSIAN_EVENTS:
             return pivot
-        return (GammaScale(1.0, _grid(total_shape) / 20.0, 1, _grid(family.n_ref / n) * 20.0),
-                20.0)
+        return (GammaScale(1.0, _grid(total_shape) / 20.0, family.sign,
+                           _grid(family.n_ref / n) * 20.0), 20.0)
     if isinstance(family, Bernoulli):
         share = min(family.p, 1.0 - family.p)
         events = n * share
@@ -99,6 +166,9 @@ def calibration_key(family: Family, window_n: float) -> tuple[Family, float]:
         # count, as a Poisson, was up to 0.5 nat off (measured ARL0 -36% for an 80% share
         # in windows of 20).
         sign = 1 if (family.sign > 0) == (family.p <= 0.5) else -1
+        if share <= 0.0:  # a reference of exactly 0% (or 100%) watched for any event
+            window = float(max(1, round(_fine(n))))
+            return Bernoulli(0.0, 1, _grid(family.n_ref / n) * window), window
         q = min(_fine(share), 0.5)
         window = float(max(1, round(_fine(events) / q)))
         return Bernoulli(q, sign, _grid(family.n_ref / n) * window), window
@@ -133,7 +203,11 @@ def _load(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def _simulate(family: Family, window_n: float) -> tuple[np.ndarray, np.ndarray]:
-    hs, arls, alarms = run_lengths(family, window_n, _STEPS)
+    if isinstance(family, Empirical):  # known exactly: no draws of the truth to average
+        hs, arls, alarms = run_lengths(family, window_n, _SHIFT_STEPS, draws=1,
+                                       repeat=_SHIFT_CHAINS)
+    else:
+        hs, arls, alarms = run_lengths(family, window_n, _STEPS)
     ok = alarms >= _MIN_ALARMS
     if not ok.any():
         return hs[:1], np.log(arls[:1])
@@ -169,8 +243,9 @@ def run_lengths(family: Family, window_n: float, steps: int, draws: int = 20,
     """Simulated ARL0 (windows) on a grid of thresholds: (thresholds, arl0, alarms seen)."""
     rng = np.random.default_rng(seed)
     n = np.full(steps, float(window_n))
+    seen = family.window_n(n) if isinstance(family, Empirical) else n
     peaks = np.maximum.accumulate(
-        glr_scan(family, n, family.sample(rng, n, draws, repeat)), axis=1)
+        glr_scan(family, seen, family.sample(rng, n, draws, repeat)), axis=1)
     hs = np.quantile(peaks[:, -1], np.linspace(0.02, 0.98, 60))
     hs = np.unique(np.concatenate([np.linspace(0.25, hs[0], 10), hs]))
     # First passage of h: windows whose running peak is still <= h, alarm if < steps.

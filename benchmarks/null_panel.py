@@ -1,0 +1,223 @@
+"""ARL0 on null streams of many shapes: does a calibrated threshold keep its budget?
+
+For every shape (a per-trace law nobody tuned the detectors on) and every stream of it
+(signal family and direction), `--references` references of 2,000 traces are drawn
+from the law, binned into a cell exactly as the worker bins traces (the layout's
+histogram, count and sums), turned into a null model by the product's own stream
+builders (`monitor.detect.streams`) and given the product's threshold for a budget of
+`B` windows (`thresholds.threshold`). Then fresh stationary windows of the *true* law
+are watched by that detector (`glr_scan`, the same GLR as `Detector`): the false-alarm
+rate of a reference is alarms / windows watched (renewal: a stream stops at its first
+alarm, as a reset restarts it), and measured ARL0 = 1 / mean rate over references -
+the quantity the budget speaks of (false alarms per unit of time, averaged over what
+the reference could have been). Target: measured / budget within 0.7-1.3.
+
+Shapes: Beta(6,4), Beta(2,5), a bimodal mixture of two Betas, Beta(6,4) rounded to 2
+decimals, a heavy-tailed latency-like lognormal (signal range 0-20, overflow beyond),
+a daily cycle (Beta(6,4) at a traffic volume that swings +-60% over a day of windows:
+stationary law, varying window sizes), and rates: a share of exactly 100% and 0%
+(answer coverage), exactly 0% (critical_claim_unsupported), and 2% / 80% as controls.
+A degenerate stream that cannot move in a direction has no detector there (reported as
+"none"); where it can move, any change away from the degenerate value alarms.
+
+    python benchmarks/null_panel.py [--window 20] [--budgets 500,5000] [--references 20]
+        [--only beta25] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from monitor.aggregate.layout import Layout, from_settings
+from monitor.aggregate.table import Cell
+from monitor.detect import detectors as det
+from monitor.detect.streams import Spec, stream_specs
+from monitor.detect.thresholds import threshold
+from monitor.settings import Settings, SignalRange
+
+REF = 2_000
+Draw = Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]
+
+
+def _beta(a: float, b: float) -> Draw:
+    return lambda rng, size: rng.beta(a, b, size)
+
+
+def _bimodal(rng: np.random.Generator, size: tuple[int, ...]) -> np.ndarray:
+    first = rng.random(size) < 0.6
+    return np.where(first, rng.beta(8, 24, size), rng.beta(30, 8, size))
+
+
+def _rounded(rng: np.random.Generator, size: tuple[int, ...]) -> np.ndarray:
+    return np.round(rng.beta(6, 4, size), 2)
+
+
+def _heavy(rng: np.random.Generator, size: tuple[int, ...]) -> np.ndarray:
+    return np.exp(rng.normal(0.3, 0.8, size))  # a latency-like lognormal, seconds
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    kind: str  # "signal" or "rate"
+    draw: Draw | None = None
+    p: float = 0.0
+    cycle: bool = False  # window sizes swing over a day of windows
+    signal: str = "top_score"
+
+
+SHAPES = [
+    Shape("beta64", "signal", _beta(6, 4)),
+    Shape("beta25", "signal", _beta(2, 5)),
+    Shape("bimodal", "signal", _bimodal),
+    Shape("rounded", "signal", _rounded),
+    Shape("heavy", "signal", _heavy, signal="latency_like"),
+    Shape("cycle", "signal", _beta(6, 4), cycle=True),
+    Shape("coverage100", "rate", p=1.0, signal="answer_coverage"),
+    Shape("coverage0", "rate", p=0.0, signal="answer_coverage"),
+    Shape("ccu0", "rate", p=0.0, signal="critical_claim_unsupported_rate"),
+    Shape("ccu2", "rate", p=0.02, signal="critical_claim_unsupported_rate"),
+    Shape("coverage80", "rate", p=0.80, signal="answer_coverage"),
+]
+
+
+def layout() -> Layout:
+    signals = {"top_score": SignalRange(), "latency_like": SignalRange(lo=0.0, hi=20.0)}
+    return from_settings(Settings(signals=signals))
+
+
+def cell_of(lay: Layout, shape: Shape, values: np.ndarray) -> Cell:
+    """A cell holding `values` as the worker's fold would (histogram, count, sums)."""
+    counts = np.zeros(lay.n_counts, np.int64)
+    sums = np.zeros(lay.n_sums)
+    c = lay.counts
+    counts[c["traces"]] = len(values)
+    if shape.kind == "rate":
+        events = int(values.sum())
+        if shape.signal == "answer_coverage":
+            counts[c["decision_answer"]] = events
+            counts[c["decision_abstain"]] = len(values) - events
+        else:
+            counts[lay.reason_column("critical_claim_unsupported")] = events
+        return Cell(counts, sums, {})
+    hist = lay.histograms[shape.signal]
+    np.add.at(counts, hist.columns(values), 1)
+    counts[hist.count_col] = len(values)
+    sums[hist.sum_col] = float(values.sum())
+    sums[hist.sum_col + 1] = float((values * values).sum())
+    return Cell(counts, sums, {})
+
+
+def window_sizes(shape: Shape, window: int, steps: int) -> np.ndarray:
+    if not shape.cycle:
+        return np.full(steps, window)
+    day = 1_440  # one-minute windows
+    swing = 1.0 + 0.6 * np.sin(2 * np.pi * np.arange(steps) / day)
+    return np.maximum(1, np.round(window * swing)).astype(np.int64)
+
+
+def null_windows(shape: Shape, spec: Spec, sizes: np.ndarray, chains: int,
+                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(n, t) of `chains` streams of stationary windows of the true law: n (C, L), t (C, L, 1)."""
+    steps = len(sizes)
+    if shape.kind == "rate":
+        k = rng.binomial(np.broadcast_to(sizes, (chains, steps)), shape.p).astype(np.float64)
+        return np.broadcast_to(sizes, (chains, steps)).astype(np.float64), k[..., None]
+    assert shape.draw is not None
+    width = int(sizes.max())
+    x = shape.draw(rng, (chains, steps, width))
+    mask = np.arange(width)[None, None, :] < sizes[None, :, None]
+    x = np.where(mask, x, 0.0)
+    total, squares = x.sum(axis=2), (x * x).sum(axis=2)
+    n = np.broadcast_to(sizes, (chains, steps)).astype(np.float64)
+    if spec.signal.endswith("_spread"):
+        dof = np.maximum(n - 1.0, 0.0)
+        ss = np.maximum(squares - total * total / np.maximum(n, 1.0), 0.0)
+        return dof, ss[..., None]
+    return n, total[..., None]
+
+
+def measured(shape: Shape, spec: Spec, lay: Layout, window: int, budget: float,
+             references: int, rng: np.random.Generator) -> dict[str, float]:
+    """Measured ARL0 (windows) of one stream kind over `references` references."""
+    steps = int(min(max(4 * budget, 1_000), 20_000))
+    chains = int(max(8, math.ceil(60 * budget / steps)))  # >= ~60 alarms per reference
+    rates, alarms, thresholds = [], 0, []
+    none = 0
+    for _ in range(references):
+        if shape.kind == "rate":
+            ref = (rng.random(REF) < shape.p).astype(np.float64)
+        else:
+            assert shape.draw is not None
+            ref = shape.draw(rng, (REF,))
+        built = spec.build(cell_of(lay, shape, ref))
+        if built is None:
+            none += 1
+            continue
+        family, _ = built
+        sizes = window_sizes(shape, window, steps)
+        h = threshold(family, float(sizes.mean()), budget)
+        thresholds.append(h)
+        n, t = null_windows(shape, spec, sizes, chains, rng)
+        peaks = np.maximum.accumulate(det.glr_scan(family, n, t), axis=1)
+        passage = (peaks <= h).sum(axis=1)
+        alarmed = passage < steps
+        alarms += int(alarmed.sum())
+        rates.append(alarmed.sum() / np.minimum(passage + 1, steps).sum())
+    if not rates:
+        return {"arl0": math.inf, "ratio": math.inf, "alarms": 0, "streams": 0}
+    mean_rate = float(np.mean(rates))
+    arl0 = math.inf if mean_rate == 0 else 1.0 / mean_rate
+    return {"arl0": arl0, "ratio": arl0 / budget, "alarms": alarms,
+            "threshold": float(np.median(thresholds)), "no_stream": none}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--window", type=int, default=20, help="traces per window")
+    parser.add_argument("--budgets", default="500,5000", help="ARL0 budgets, in windows")
+    parser.add_argument("--references", type=int, default=20)
+    parser.add_argument("--only", help="comma-separated shape names")
+    parser.add_argument("--json", help="write results here")
+    parser.add_argument("--seed", type=int, default=2026)
+    args = parser.parse_args(argv)
+    rng = np.random.default_rng(args.seed)
+    lay = layout()
+    specs = stream_specs(lay)
+    budgets = [float(b) for b in args.budgets.split(",")]
+    only = set(args.only.split(",")) if args.only else None
+    results = []
+    for shape in SHAPES:
+        if only and shape.name not in only:
+            continue
+        for spec in specs:
+            base = spec.signal.removesuffix("_spread")
+            if base != shape.signal:
+                continue
+            for budget in budgets:
+                started = time.perf_counter()
+                row = measured(shape, spec, lay, args.window, budget, args.references, rng)
+                row.update(shape=shape.name, signal=spec.signal, direction=spec.direction,
+                           window=args.window, budget=budget,
+                           seconds=round(time.perf_counter() - started, 1))
+                results.append(row)
+                flag = "" if 0.7 <= row["ratio"] <= 1.3 or math.isinf(row["ratio"]) else "  <-- off"
+                print(f"{shape.name:12s} {spec.signal:34s} {spec.direction:6s} B={budget:7.0f} "
+                      f"ARL0 {row['arl0']:9.0f}  x{row['ratio']:5.2f}  ({row['alarms']} alarms, "
+                      f"{row['seconds']} s){flag}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
