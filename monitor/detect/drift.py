@@ -37,7 +37,7 @@ from monitor.aggregate.table import TOTAL, Cell, CellKey, Table
 from monitor.detect import detectors as det
 from monitor.detect.growth import Growth
 from monitor.detect.reference import Accumulator, Reference
-from monitor.detect.streams import EXCLUDED_SIGNALS, distances, stream_specs
+from monitor.detect.streams import EXCLUDED_SIGNALS, distances, stream_specs, with_shape
 from monitor.detect.thresholds import arl0_windows, threshold
 from monitor.ingest.contract import Components
 from monitor.settings import Settings
@@ -165,8 +165,8 @@ class Drift:
 
     def _build_streams(self, reference: Reference) -> None:
         """A detector per stream the reference holds enough traffic for. Streams that
-        exist (a grown reference) keep their history, and their threshold until
-        `calibrate` sets the one for the new reference size."""
+        exist (a grown reference) keep their history, their reference shape, and their
+        threshold until `calibrate` sets the one for the new reference size."""
         cells = {(k[1], k[2]) for k in reference.table.keys}
         for spec in self.specs:
             for dimension, value in cells:
@@ -175,14 +175,17 @@ class Drift:
                 if built is None or built[1] < self.config.min_reference_traces:
                     continue
                 family, n_ref = built
+                window_n = n_ref / reference.windows
                 key = StreamKey(reference.release, dimension, value, spec.signal,
                                 spec.direction)
                 detector = self.detectors.get(key)
+                family = with_shape(family, window_n,
+                                    None if detector is None else detector.family)
                 if detector is not None and detector.family.width == family.width:
                     detector.family = family
                 else:
                     self.detectors[key] = det.Detector(family, np.inf)
-                self.window_n[key] = n_ref / reference.windows
+                self.window_n[key] = window_n
 
     def refreeze(self, release: str) -> None:
         """Drop the release's reference; the next `reference_traces` traces freeze a new one

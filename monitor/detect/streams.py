@@ -12,7 +12,7 @@ drift (KS, PSI, Wasserstein between histograms) without deciding it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 import numpy as np
@@ -21,7 +21,8 @@ from monitor.aggregate.layout import Histogram, Layout
 from monitor.aggregate.table import Cell
 from monitor.detect import detectors as det
 
-__all__ = ["EXCLUDED_SIGNALS", "Spec", "distances", "shape_of", "stream_specs"]
+__all__ = ["EXCLUDED_SIGNALS", "SHAPE_WINDOW_MAX", "Spec", "distances", "shape_of", "stream_specs",
+           "with_shape"]
 
 EXCLUDED_SIGNALS: Final = ("latency_ms", "cost")
 
@@ -36,6 +37,26 @@ class Spec:
     build: Callable[[Cell], tuple[det.Family, float] | None]  # -> (null model, n_ref)
     window: Callable[[Cell, det.Family], tuple[float, list[float]]]  # -> (n, t)
     value: Callable[[Cell], float | None]  # the quantity shown beside the statistic
+
+
+# Streams whose windows hold fewer traces than this are calibrated on their reference's
+# own shape (`thresholds.shape_shift`, ~0.25 s of simulation per stream); in larger
+# windows sums are close enough to the Gaussian / Gamma model, and the cost of a shape
+# per stream (hundreds of slices, again after every restart) is not paid.
+SHAPE_WINDOW_MAX: Final = 200.0
+
+
+def with_shape(family: det.Family, window_n: float, armed: det.Family | None) -> det.Family:
+    """`family` with the reference shape its calibration uses: none in windows of
+    SHAPE_WINDOW_MAX traces or more; the shape a stream was armed with (`armed`) when its
+    reference grows (the histogram moves a little with every block, and a new shape
+    would be simulated again for every stream at every growth)."""
+    if getattr(family, "atoms", None) is None:
+        return family
+    if window_n >= SHAPE_WINDOW_MAX:
+        return replace(family, atoms=None)  # type: ignore[type-var]
+    kept = getattr(armed, "atoms", None)
+    return family if kept is None else replace(family, atoms=kept)  # type: ignore[type-var]
 
 
 def stream_specs(layout: Layout) -> list[Spec]:
