@@ -173,7 +173,7 @@ def measured(shape: Shape, spec: Spec, lay: Layout, window: int, budget: float,
         alarms += int(alarmed.sum())
         rates.append(alarmed.sum() / np.minimum(passage + 1, steps).sum())
     if not rates:
-        return {"arl0": math.inf, "ratio": math.inf, "alarms": 0, "streams": 0}
+        return {"arl0": math.inf, "ratio": math.inf, "alarms": 0, "no_stream": none}
     mean_rate = float(np.mean(rates))
     arl0 = math.inf if mean_rate == 0 else 1.0 / mean_rate
     return {"arl0": arl0, "ratio": arl0 / budget, "alarms": alarms,

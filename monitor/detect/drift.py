@@ -266,6 +266,8 @@ class Drift:
                 continue
             alarms.extend(self._detect(release, window_start, cells, reference))
             self._grow(release, window_start, table, seen)
+        for alarm in alarms:
+            self.alarm_counts[alarm.key] = self.alarm_counts.get(alarm.key, 0) + 1
         return alarms
 
     def _grow(self, release: str, window_start: int, table: Table,
@@ -319,8 +321,6 @@ class Drift:
                 self.last_alarm[key] = window_start
             self.verdicts[key] = self._verdict(key, float(leaks), 0.0, window_start,
                                                "alarm" if leaks else "ok", 1)
-        for alarm in alarms:
-            self.alarm_counts[alarm.key] = self.alarm_counts.get(alarm.key, 0) + 1
         return alarms
 
     def _detect(self, release: str, window_start: int, cells: dict[CellKey, Cell],
@@ -357,8 +357,6 @@ class Drift:
                         key, window_start, update.statistic, update.threshold, update.since,
                         None if ref_cell is None else spec.value(ref_cell),
                         spec.value(cell)))
-        for alarm in alarms:
-            self.alarm_counts[alarm.key] = self.alarm_counts.get(alarm.key, 0) + 1
         return alarms
 
     def _is_latched(self, key: StreamKey, window_start: int) -> bool:
