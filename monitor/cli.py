@@ -4,28 +4,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from monitor import memory
-from monitor.aggregate.pipeline import Pipeline
 from monitor.broker import BrokerNotInstalled
-from monitor.ingest.parse import Rejection, payload_form
-from monitor.offline import analyze
+from monitor.offline import analyze, replay
 from monitor.offline import terminal as render
 from monitor.offline.files import (
-    BATCH,
     InputError,
     batches,
-    check_readable,
     open_bin,
     open_out,
     total_bytes,
 )
-from monitor.offline.replay import build
 from monitor.settings import SettingsError, load
 from monitor.simulate import SCENARIOS, Simulator
 from monitor.worker.connection import ConnectionProblem, TopicProblem
@@ -59,31 +55,10 @@ def main(argv: list[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ragmon", description="Production monitor for RAG answer/abstain decisions.")
-    parser.add_argument("--config", help="settings file (TOML or JSON); env RAGMON_* also apply")
+    parser.add_argument("--config", help=CONFIG_HELP)
     sub = parser.add_subparsers(dest="command")
     analyze.add_parsers(sub)
-    replay = sub.add_parser(
-        "replay", help="fold JSONL decision traces offline and summarise them",
-        description="Run the monitoring core over JSONL files of decision traces "
-                    "(- reads stdin). Labels and feedback are joined by trace_id.")
-    replay.add_argument("files", nargs="*", metavar="FILE", help="JSONL traces, or - for stdin")
-    replay.add_argument("--sample", action="store_true",
-                        help="replay a simulated sample (two releases, an index change "
-                             "half-way, labels and feedback) instead of files")
-    replay.add_argument("--labels", action="append", default=[], metavar="FILE",
-                        help="JSONL rag-label/1 events (repeatable)")
-    replay.add_argument("--feedback", action="append", default=[], metavar="FILE",
-                        help="JSONL rag-feedback/1 events (repeatable)")
-    replay.add_argument("--out", metavar="FILE", help="write the summary JSON here")
-    replay.add_argument("--dlq", metavar="FILE",
-                        help="write rejected and late lines here, one JSON record each")
-    replay.add_argument("--json", action="store_true",
-                        help="print the summary JSON on stdout instead of the table")
-    replay.add_argument("--allowed-lateness-seconds", type=int, metavar="S",
-                        help="fold traces up to S seconds behind the newest one "
-                             "(default: the setting allowed_lateness_seconds)")
-    replay.add_argument("--no-progress", action="store_true", help="never show a progress bar")
-    replay.set_defaults(run=_replay)
+    replay.add_parser(sub, sample=_sample)
     backtest = sub.add_parser(
         "backtest", help="replay traces through the drift detectors; one JSON line per alarm",
         description="Replays traces in file order through the same aggregation and "
@@ -94,9 +69,9 @@ def _parser() -> argparse.ArgumentParser:
                           help="traces of a release that freeze its reference "
                                "(default: the setting reference_traces, 2000)")
     budget = backtest.add_mutually_exclusive_group()
-    budget.add_argument("--arl0", type=float, metavar="EVENTS",
+    budget.add_argument("--arl0", type=positive, metavar="EVENTS",
                         help="per-stream false-alarm budget: mean traces between false alarms")
-    budget.add_argument("--false-alarm-days", type=float, metavar="D",
+    budget.add_argument("--false-alarm-days", type=positive, metavar="D",
                         help="one false alarm per family per D days (default: the setting)")
     backtest.add_argument("--window-seconds", type=int, metavar="S",
                           help="detector update window (default: the setting window_seconds)")
@@ -139,7 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     simulate.add_argument("--change-at", type=int, default=None, metavar="I",
                           help="trace index where the scenario's change starts (default N/2)")
     simulate.add_argument("--seed", type=int, default=0)
-    simulate.add_argument("--rate", type=float, default=50.0,
+    simulate.add_argument("--rate", type=positive, default=50.0,
                           help="traces per second of event time")
     simulate.add_argument("--out", default="-", metavar="FILE",
                           help="traces JSONL (default stdout)")
@@ -159,9 +134,11 @@ def _parser() -> argparse.ArgumentParser:
                                        "traffic and a live view",
                           description="Embedded broker + worker + simulator (steady, then a "
                                       "drift scenario). Ctrl-C stops everything it started.")
-    demo.add_argument("--duration", type=float, default=120.0, metavar="SECONDS")
+    demo.add_argument("--duration", type=positive, default=120.0, metavar="SECONDS",
+                      help="how long the demo runs, start-up included (default: 120)")
     demo.add_argument("--scenario", default="embedding_shift", choices=SCENARIOS)
-    demo.add_argument("--rate", type=float, default=200.0, help="traces per second")
+    demo.add_argument("--rate", type=positive, default=200.0,
+                      help="traces per second (default: 200)")
     demo.add_argument("--metrics-port", type=int, default=None,
                       help="the worker's Prometheus port (default: a free one)")
     demo.set_defaults(run=_demo)
@@ -171,7 +148,46 @@ def _parser() -> argparse.ArgumentParser:
     produce.add_argument("--topic", help="topic (default: the decisions topic setting)")
     produce.add_argument("--bootstrap", help="Kafka bootstrap servers (overrides the setting)")
     produce.set_defaults(run=_produce)
+    _config_everywhere(parser)
     return parser
+
+
+CONFIG_HELP = "settings file (.toml, .yaml or .json); env RAGMON_* also apply"
+
+
+def _config_everywhere(parser: argparse.ArgumentParser) -> None:
+    """`--config` before or after the subcommand: every subcommand takes it too (SUPPRESS
+    keeps a value given before the subcommand when it is not repeated after)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in set(action.choices.values()):
+                child.add_argument("--config", default=argparse.SUPPRESS, help=CONFIG_HELP)
+                _config_everywhere(child)
+
+
+def positive(value: str) -> float:
+    """An argparse type: a finite number above 0."""
+    number = _number(value)
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {value}")
+    return number
+
+
+def _number(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not math.isfinite(number):
+        raise argparse.ArgumentTypeError(f"must be finite, not {value}")
+    return number
+
+
+def _sample() -> tuple[list[bytes], list[bytes], list[bytes]]:
+    """`ragmon replay --sample`: two releases, an index change half-way, labels, feedback."""
+    sim = Simulator(seed=0, scenario="index_change", change_at=10_000, label_share=0.05)
+    traces = list(sim.traces(20_000))
+    return traces, sim.labels, sim.feedback
 
 
 def _kafka_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -242,44 +258,6 @@ def _simulate(args: argparse.Namespace) -> int:
         if path:
             with open_bin(path) as f:
                 f.writelines(line + b"\n" for line in lines)
-    return 0
-
-
-def _replay(args: argparse.Namespace) -> int:
-    if args.sample == bool(args.files):
-        raise InputError("replay needs FILE arguments or --sample (not both)")
-    memory.tune_gc()
-    overrides: dict[str, Any] = {}
-    if args.allowed_lateness_seconds is not None:
-        overrides["allowed_lateness_seconds"] = args.allowed_lateness_seconds
-    pipeline = Pipeline(load(args.config, **overrides))
-    paths = [*args.labels, *args.feedback, *args.files]
-    check_readable(paths)
-    with ExitStack() as stack:
-        dlq = stack.enter_context(open_out(args.dlq)) if args.dlq else None
-        progress = render.progress(not args.no_progress, total_bytes(paths))
-        stack.enter_context(progress)
-        for kind, files in (("labels", args.labels), ("feedback", args.feedback)):
-            for path in files:
-                for numbers, lines in batches(path, progress):
-                    _write_dead(dlq, path, numbers, pipeline.feed_events(lines, kind))
-        for path in args.files:
-            for numbers, lines in batches(path, progress):
-                _write_dead(dlq, path, numbers, pipeline.feed(lines))
-                pipeline.close_ready()
-        if args.sample:
-            _replay_sample(pipeline, dlq)
-    pipeline.close_ready(final=True)
-    summary = build(pipeline)
-    if args.out:
-        with open_out(args.out) as out:
-            json.dump(summary, out, indent=2)
-            out.write("\n")
-    if args.json:
-        json.dump(summary, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        render.summary(summary)
     return 0
 
 
@@ -357,35 +335,6 @@ def _reference_action(args: argparse.Namespace, settings: Any, references: Any) 
     else:
         print(references.import_file(settings, args.file))
     return 0
-
-
-def _replay_sample(pipeline: Pipeline, dlq: IO[str] | None) -> None:
-    sim = Simulator(seed=0, scenario="index_change", change_at=10_000, label_share=0.05)
-    for start in range(0, 20_000, BATCH):
-        lines = list(sim.traces(BATCH))
-        numbers = list(range(start + 1, start + BATCH + 1))
-        _write_dead(dlq, "<sample>", numbers, pipeline.feed(lines))
-        pipeline.close_ready()
-    _write_dead(dlq, "<sample labels>", list(range(1, len(sim.labels) + 1)),
-                pipeline.feed_events(sim.labels, "labels"))
-    _write_dead(dlq, "<sample feedback>", list(range(1, len(sim.feedback) + 1)),
-                pipeline.feed_events(sim.feedback, "feedback"))
-
-
-def _write_dead(dlq: IO[str] | None, path: str, numbers: list[int],
-                dead: list[tuple[int, Rejection]]) -> None:
-    if dlq is None or not dead:
-        return
-    for index, rejection in dead:
-        record = {
-            "reason": rejection.reason,
-            "detail": rejection.detail,
-            "source": path,
-            "line": numbers[index],
-            "payload_form": payload_form(rejection.payload),
-            "payload": rejection.payload.decode("utf-8", errors="replace"),
-        }
-        dlq.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import sys
 import tomllib
+from difflib import get_close_matches
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import yaml
 from pydantic import (
     AliasChoices,
     BaseModel,
@@ -29,6 +33,7 @@ from monitor.ingest.contract import KNOWN_REASONS
 
 __all__ = ["Settings", "SettingsError", "SignalRange", "load"]
 
+_DIMENSION = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 DEFAULT_DIMENSIONS = ("language", "fact_type", "source", "risk", "doc_version", "query_length")
 
 
@@ -187,7 +192,12 @@ class Settings(BaseSettings):
     @field_validator("slice_dimensions", "reasons", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:
-        # Environment values arrive as "a,b,c".
+        # Environment values arrive as "a,b,c" (or, as users also write them, a JSON list).
+        if isinstance(value, str) and value.strip().startswith("["):
+            try:
+                return tuple(json.loads(value))
+            except (ValueError, TypeError):
+                raise ValueError(f"{value!r} is neither a JSON list nor a,b,c") from None
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
@@ -209,31 +219,77 @@ class Settings(BaseSettings):
             raise ValueError(f"slice dimensions repeat: {value}")
         if len(value) > 16:
             raise ValueError(f"at most 16 slice dimensions, got {len(value)}")
+        for name in value:  # a trace's `slice` keys; a typo here would slice by nothing
+            if not isinstance(name, str) or not _DIMENSION.fullmatch(name):
+                raise ValueError(f"slice dimension {name!r} is not [A-Za-z0-9_.-]{{1,64}}")
         return value
 
 
+# RAGMON_* variables that are not settings: read where they bite.
+OTHER_VARIABLES = frozenset({
+    "RAGMON_CONFIG",              # the settings file (here)
+    "RAGMON_CALIBRATION_CACHE",   # detect/thresholds.py
+    "RAGMON_REQUIRE_COMPILED",    # aggregate/compiled.py
+    "RAGMON_CARRIED_COUNTERS",    # worker/stall.py (set by the worker for itself)
+})
+
+
 def load(path: str | Path | None = None, **overrides: Any) -> Settings:
-    """Read settings from `path` (TOML or JSON; default `$RAGMON_CONFIG`), env, overrides."""
+    """Read settings from `path` (TOML, YAML or JSON by extension; default
+    `$RAGMON_CONFIG`), env, overrides. Unknown `RAGMON_*` variables and values that
+    quietly switch a feature off are warned about on stderr (`warnings_of`)."""
     path = path or os.environ.get("RAGMON_CONFIG")
     values: dict[str, Any] = {}
     if path:
         values = _read_file(Path(path))
     values.update(overrides)
     try:
-        return Settings(**values)
+        settings = Settings(**values)
     except _EnvError as exc:  # a RAGMON_* value that cannot even be parsed
         raise SettingsError(f"invalid ragmon settings: {exc}") from None
     except ValidationError as exc:
         problems = "; ".join(_problem(err) for err in exc.errors())
         raise SettingsError(f"invalid ragmon settings: {problems}") from None
+    for warning in warnings_of(settings, os.environ):
+        if warning not in _WARNED:  # once per process, however often settings are read
+            _WARNED.add(warning)
+            print(f"ragmon: warning: {warning}", file=sys.stderr)
+    return settings
+
+
+_WARNED: set[str] = set()
+
+
+def warnings_of(settings: Settings, environ: Any) -> list[str]:
+    """What in the environment or the settings probably is not what the user meant."""
+    fields = {f"RAGMON_{name.upper()}" for name in Settings.model_fields}
+    known = fields | OTHER_VARIABLES
+    found = []
+    for name in sorted(environ):
+        if name.upper().startswith("RAGMON_") and name.upper() not in known:
+            close = get_close_matches(name.upper(), sorted(known), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            found.append(f"{name} is not a ragmon setting and is ignored{hint}")
+    missing = [code for code in KNOWN_REASONS if code not in settings.reasons]
+    if missing:
+        found.append(f"reasons={','.join(settings.reasons)} leaves out the contract's "
+                     f"{', '.join(missing)}: traces giving them are counted as `other`")
+    if not settings.slice_dimensions:
+        found.append("slice_dimensions is empty: only release totals are kept, no slices")
+    return found
 
 
 def _problem(err: Any) -> str:
     """One validation error as `name=value: why`; never the value of a secret, and a
-    check across settings (no single name) only by its message, which names them."""
+    check across settings (no single name) only by its message, which names them. An
+    unknown name gets the closest valid one."""
     name = ".".join(str(p) for p in err["loc"])
     if not name:
         return str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        close = get_close_matches(name, sorted(Settings.model_fields), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        return f"{name}: not a ragmon setting{hint}"
     shown = "<secret>" if name in _SECRETS else repr(err.get("input"))
     return f"{name}={shown}: {err['msg']}"
 
@@ -246,10 +302,18 @@ def _read_file(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SettingsError(f"cannot read settings file {str(path)!r}: {exc.strerror}") from None
+    reader = _READERS.get(path.suffix.lower())
+    if reader is None:
+        raise SettingsError(f"settings file {str(path)!r}: the name must end in "
+                            f"{', '.join(sorted(_READERS))} (the format goes by extension)")
     try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-    except ValueError as exc:
+        data = reader(text)
+    except (ValueError, yaml.YAMLError) as exc:
         raise SettingsError(f"settings file {str(path)!r} is not valid: {exc}") from None
     if not isinstance(data, dict):
         raise SettingsError(f"settings file {str(path)!r} must hold a table/object")
     return data
+
+
+_READERS = {".toml": tomllib.loads, ".json": json.loads,
+            ".yaml": yaml.safe_load, ".yml": yaml.safe_load}

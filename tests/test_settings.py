@@ -1,0 +1,78 @@
+"""Settings as users write them: files by extension, env lists, typos and values that
+would quietly switch a feature off."""
+
+from __future__ import annotations
+
+import pytest
+
+from monitor.cli import main
+from monitor.settings import KNOWN_REASONS, SettingsError, load, warnings_of
+
+
+@pytest.mark.parametrize("name, text", [
+    ("s.toml", "window_seconds = 30\nslice_dimensions = ['language']\n"),
+    ("s.yaml", "window_seconds: 30\nslice_dimensions: [language]\n"),
+    ("s.yml", "window_seconds: 30\nslice_dimensions:\n  - language\n"),
+    ("s.json", '{"window_seconds": 30, "slice_dimensions": ["language"]}'),
+])
+def test_a_settings_file_is_read_by_its_extension(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    settings = load(path)
+    assert settings.window_seconds == 30 and settings.slice_dimensions == ("language",)
+
+
+def test_a_settings_file_of_another_kind_or_with_a_typo_says_so(tmp_path):
+    other = tmp_path / "settings.ini"
+    other.write_text("window_seconds = 30\n")
+    with pytest.raises(SettingsError, match=r"\.toml.*\.yaml.*extension"):
+        load(other)
+    typo = tmp_path / "s.yaml"
+    typo.write_text("window_secnds: 30\n")
+    with pytest.raises(SettingsError, match="window_secnds: not a ragmon setting; did you "
+                                            "mean window_seconds"):
+        load(typo)
+    broken = tmp_path / "b.yaml"
+    broken.write_text("window_seconds: [30\n")
+    with pytest.raises(SettingsError, match="is not valid"):
+        load(broken)
+
+
+def test_env_lists_take_a_json_list_too(monkeypatch):
+    monkeypatch.setenv("RAGMON_SLICE_DIMENSIONS", '["language", "risk"]')
+    assert load().slice_dimensions == ("language", "risk")
+    monkeypatch.setenv("RAGMON_SLICE_DIMENSIONS", '["language"')
+    with pytest.raises(SettingsError, match="slice_dimensions"):
+        load()
+    monkeypatch.setenv("RAGMON_SLICE_DIMENSIONS", "lang uage")
+    with pytest.raises(SettingsError, match="slice dimension 'lang uage'"):
+        load()
+
+
+def test_what_probably_is_a_mistake_is_warned_about(monkeypatch):
+    settings = load(reasons="foo", slice_dimensions="")
+    found = warnings_of(settings, {"RAGMON_WINDOW_SECOND": "30", "RAGMON_CONFIG": "x",
+                                   "RAGMON_CALIBRATION_CACHE": "off", "PATH": "/bin"})
+    assert found[0] == ("RAGMON_WINDOW_SECOND is not a ragmon setting and is ignored "
+                        "(did you mean RAGMON_WINDOW_SECONDS?)")
+    assert "counted as `other`" in found[1] and all(c in found[1] for c in KNOWN_REASONS)
+    assert "only release totals" in found[2]
+    assert len(found) == 3
+    assert warnings_of(load(), {"RAGMON_WINDOW_SECONDS": "30"}) == []
+
+
+def test_the_cli_warns_once_on_stderr_and_takes_config_after_the_command(
+        tmp_path, examples, monkeypatch, capsys):
+    monkeypatch.setenv("RAGMON_BATCH_SIZ", "10")
+    config = tmp_path / "s.yaml"
+    config.write_text("window_seconds: 30\n")
+    out = tmp_path / "out.json"
+    for args in (["--config", str(config), "replay"], ["replay", "--config", str(config)]):
+        assert main([*args, str(examples / "traces.jsonl"), "--no-progress",
+                     "--out", str(out)]) == 0
+    assert capsys.readouterr().err.count("RAGMON_BATCH_SIZ is not a ragmon setting") == 1
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("window_seconds: -5\n")
+    for args in (["--config", str(bad), "replay"], ["replay", "--config", str(bad)]):
+        assert main([*args, str(examples / "traces.jsonl"), "--no-progress"]) == 2
+        assert "window_seconds=-5" in capsys.readouterr().err
