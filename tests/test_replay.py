@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -162,3 +163,17 @@ def test_ctrl_c_during_replay_says_what_was_written(tmp_path, examples):
     assert written >= 10 * 500 // 2
     assert "ragmon: interrupted after - line " in err
     assert f"{written} dead letters written to {dlq}; no summary written" in err
+
+
+def test_the_replay_table_shows_cost_per_request(examples):
+    done = subprocess.run([sys.executable, "-m", "monitor.cli", "replay",
+                           str(examples / "traces.jsonl"), "--no-progress"],
+                          capture_output=True, text=True, check=True,
+                          env={**os.environ, "COLUMNS": "250"})
+    total = json.loads(subprocess.run(
+        [sys.executable, "-m", "monitor.cli", "replay", str(examples / "traces.jsonl"),
+         "--json"], capture_output=True, text=True, check=True).stdout)
+    mean = total["releases"]["2026.11.3"]["total"]["usage"]["cost_mean"]
+    assert "cost/request" in done.stdout
+    row = next(line for line in done.stdout.splitlines() if "│ total" in line)
+    assert f"{mean:.4g}" in row

@@ -121,3 +121,48 @@ def test_report_names_what_changed_and_warns_on_incomparable_rubrics(tmp_path):
                                                 "changed": True}
     assert any("rubric v1" in w and "not comparable" in w for w in doc["warnings"])
     assert doc["metrics"]["labels.selective_accuracy"]["baseline"] is None  # no labels
+
+
+def test_report_reads_as_a_reader_expects(files, capsys):
+    """The Input table in words, `code` as <code> in HTML, 95% in --help, clear changes
+    ranked on one scale with better/worse named, and the plot coloured by it."""
+    from monitor.offline.documents import judge, sections
+
+    out = files / "report.json"
+    assert report(files, "--cluster-field", "cluster", "--format", "json",
+                  "--out", str(out)) == 0
+    doc = json.loads(out.read_text())
+    by_title = {s.title: s for s in sections(doc)}
+    inputs = dict(by_title["Input"].rows)
+    assert inputs["rejected_by_reason"] == "not_json: 1"
+    assert "{" not in "".join(inputs.values())
+    clear = by_title["Clear changes"].rows
+    strength = [abs(float(r[3])) / ((float(r[4].strip("[]").split(", ")[1])
+                                     - float(r[4].strip("[]").split(", ")[0])) / 2)
+                for r in clear]
+    assert strength == sorted(strength, reverse=True)  # (rounded cells: a stable order)
+    reads = {r[0]: r[5] for r in clear}
+    assert reads["answer_coverage"] == "better"
+    assert reads["labels.unsupported_answering_on_unanswerable"] == "worse"
+    assert judge("usage.latency_ms_p50", 12.0) == "worse"
+    assert judge("reason_share.weak_retrieval", -0.1) == "changed"
+    page = files / "report.html"
+    assert report(files, "--cluster-field", "cluster", "--format", "html",
+                  "--out", str(page)) == 0
+    assert "<code>cluster</code>" in page.read_text() and "`" not in page.read_text()
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    helped = capsys.readouterr().out
+    assert "95% bootstrap" in helped and "%%" not in helped
+
+
+def test_the_forest_plot_colours_worse_and_better_not_significance():
+    from monitor.offline import plots
+
+    metrics = {"answer_coverage": {"delta": 0.1, "ci95": [0.05, 0.15]},
+               "gate_leak_rate": {"delta": 0.1, "ci95": [0.05, 0.15]},
+               "abstention_rate": {"delta": 0.01, "ci95": [-0.05, 0.07]}}
+    colors = {name: plots.color_of(name, m) for name, m in metrics.items()}
+    assert colors == {"answer_coverage": "#27ae60", "gate_leak_rate": "#c0392b",
+                      "abstention_rate": "#95a5a6"}
+    assert plots.deltas_png(metrics, "t").startswith(b"\x89PNG")

@@ -34,7 +34,7 @@ def add_parsers(sub: Any) -> None:
     report = sub.add_parser(
         "report", help="compare two releases with bootstrap intervals (Markdown, HTML, JSON)",
         description="Compare a candidate release with a baseline on every derived quantity "
-                    "of the contract, with 95%% bootstrap intervals that resample whole "
+                    "of the contract, with 95% bootstrap intervals that resample whole "
                     "clusters, a per-1000-requests projection and a slice-mix-adjusted view.")
     report.set_defaults(run=_report)
     report.add_argument("files", nargs="+", metavar="TRACES.jsonl")

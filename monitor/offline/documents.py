@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from typing import Any, NamedTuple
 
-__all__ = ["Section", "html_document", "markdown_document", "sections"]
+__all__ = ["Section", "html_document", "judge", "markdown_document", "sections"]
 
 
 class Section(NamedTuple):
@@ -25,8 +26,10 @@ class Section(NamedTuple):
 def sections(report: dict[str, Any]) -> list[Section]:
     base, cand = report["baseline"], report["candidate"]
     metrics = report["metrics"]
+    # Most certain first: the delta in units of its interval's half-width, so that a
+    # latency in ms and a fraction are ranked on one scale.
     clear = sorted(((name, m) for name, m in metrics.items() if _clear(m)),
-                   key=lambda p: -abs(p[1]["delta"]))
+                   key=lambda p: -_strength(p[1]))
     out = [Section("In short", "", ["", ""], [[key, text] for key, text in _verdict(report)])]
     if report.get("warnings"):
         out.append(Section("Warnings", "", ["", "warning"],
@@ -42,9 +45,9 @@ def sections(report: dict[str, Any]) -> list[Section]:
         f"Metrics whose 95% interval excludes zero ({report['bootstrap']} resamples of "
         + (f"whole `{report['cluster_field']}` clusters" if report["cluster_field"]
            else "traces") + ").",
-        ["metric", base, cand, "delta", "95% interval"],
-        [[name, _num(m["baseline"]), _num(m["candidate"]), _num(m["delta"], True), _ci(m)]
-         for name, m in clear] or [["(none)", "", "", "", ""]]))
+        ["metric", base, cand, "delta", "95% interval", "reads as"],
+        [[name, _num(m["baseline"]), _num(m["candidate"]), _num(m["delta"], True), _ci(m),
+          judge(name, m["delta"])] for name, m in clear] or [["(none)", "", "", "", "", ""]]))
     out.append(Section(
         "Per 1,000 requests",
         "At each share s of unanswerable questions: 1000·s·Δ(unsupported answering on "
@@ -83,7 +86,7 @@ def sections(report: dict[str, Any]) -> list[Section]:
     source = report.get("input", {})
     if source:
         out.append(Section("Input", "", ["", "value"],
-                           [[key, str(value)] for key, value in source.items()]))
+                           [[key, _plain(value)] for key, value in source.items()]))
     return out
 
 
@@ -116,7 +119,7 @@ def html_document(report: dict[str, Any], png: bytes | None) -> str:
     for s in sections(report):
         parts.append(f"<h2>{html.escape(s.title)}</h2>")
         if s.text:
-            parts.append(f"<p>{html.escape(s.text)}</p>")
+            parts.append(f"<p>{_code(html.escape(s.text))}</p>")
         parts.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in s.header)
                      + "</tr>")
         parts += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
@@ -156,6 +159,43 @@ def _verdict(report: dict[str, Any]) -> list[tuple[str, str]]:
                           f"{_num(p['unsupported_answers_delta'], True)} unsupported answers, "
                           f"{_num(p['correct_answers_delta'], True)} correct answers"))
     return lines
+
+
+# Which way is better, per metric (a prefix covers a family); the rest reads "changed".
+_BETTER_UP = ("answer_coverage", "full_answer_rate", "requirements.coverage_mean",
+              "requirements.all_required_share", "labels.selective_accuracy",
+              "labels.correct_on_answerable", "signals.")
+_BETTER_DOWN = ("abstention_rate", "critical_claim_unsupported_rate", "gate_leak_rate",
+                "requirements.critical_missed_share", "checks.", "labels.unsupported_",
+                "labels.false_abstention_rate", "usage.")
+
+
+def judge(name: str, delta: float | None) -> str:
+    """"better", "worse" or "changed" (no agreed direction: e.g. a reason's share)."""
+    if not delta:
+        return "no change"
+    if name.startswith(_BETTER_UP):
+        return "better" if delta > 0 else "worse"
+    if name.startswith(_BETTER_DOWN):
+        return "worse" if delta > 0 else "better"
+    return "changed"
+
+
+def _strength(m: dict[str, Any]) -> float:
+    lo, hi = m["ci95"]
+    return float(abs(m["delta"]) / max((hi - lo) / 2.0, 1e-12))
+
+
+def _plain(value: Any) -> str:
+    """A value of the Input table as a reader writes it: `a: 1, b: 2`, not a dict."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_plain(v)}" for k, v in value.items()) or "none"
+    return str(value)
+
+
+def _code(escaped: str) -> str:
+    """`name` spans of an (escaped) text as <code> in HTML."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
 
 
 def _clear(m: dict[str, Any]) -> bool:

@@ -5,7 +5,11 @@ from __future__ import annotations
 import io
 from typing import Any
 
-__all__ = ["deltas_png", "risk_coverage_png"]
+from monitor.offline.documents import judge
+
+__all__ = ["color_of", "deltas_png", "risk_coverage_png"]
+
+_COLORS = {"worse": "#c0392b", "better": "#27ae60", "changed": "#2e6fb0", "no change": "#95a5a6"}
 
 
 def _pyplot() -> Any:
@@ -24,17 +28,23 @@ def deltas_png(metrics: dict[str, dict[str, Any]], title: str) -> bytes:
     rows = [(name, m) for name, m in metrics.items()
             if m["delta"] is not None and not name.startswith(("usage.", "signals."))]
     fig, ax = _pyplot().subplots(figsize=(8, 0.32 * len(rows) + 1.4))
-    for y, (_, m) in enumerate(reversed(rows)):
+    for y, (name, m) in enumerate(reversed(rows)):
         lo, hi = m["ci95"] if m["ci95"] is not None else (m["delta"], m["delta"])
-        clear = lo > 0 or hi < 0
-        color = "#c0392b" if clear else "#34495e"
+        color = color_of(name, m)
         ax.plot([lo, hi], [y, y], color=color, linewidth=2)
         ax.plot([m["delta"]], [y], "o", color=color)
     ax.set_yticks(range(len(rows)), [name for name, _ in reversed(rows)], fontsize=8)
     ax.axvline(0, color="grey", linewidth=0.8)
-    ax.set_xlabel("delta (candidate - baseline, fraction); red: interval excludes 0")
+    ax.set_xlabel("delta (candidate - baseline, fraction); interval excludes 0: "
+                  "red worse, green better, blue no agreed direction; grey: includes 0")
     ax.set_title(title, fontsize=10)
     return _png(fig)
+
+
+def color_of(name: str, m: dict[str, Any]) -> str:
+    """A delta's colour: by what it means (worse, better) where its interval excludes 0."""
+    lo, hi = m["ci95"] if m["ci95"] is not None else (m["delta"], m["delta"])
+    return _COLORS[judge(name, m["delta"])] if lo > 0 or hi < 0 else _COLORS["no change"]
 
 
 def risk_coverage_png(sweeps: dict[str, list[dict[str, Any]]],

@@ -89,7 +89,7 @@ def summary(doc: dict[str, Any], console: Console | None = None) -> None:
         table = Table(title=f"release {release}", title_justify="left")
         for column in ("slice", "traces", "coverage", "abstain", "ccu rate", "leaks",
                        "req. cov", "all req.", "top_score p50", "latency p95 ms",
-                       "cost", "sel. acc.", "fb +/-"):
+                       "cost/request", "sel. acc.", "fb +/-"):
             table.add_column(column, justify="left" if column == "slice" else "right")
         rows = [("total", entry["total"])] + [
             (f"{dim}={value}", m)
@@ -104,7 +104,7 @@ def summary(doc: dict[str, Any], console: Console | None = None) -> None:
                 _pct(m["requirements"]["all_required_share"]),
                 _num(m["signals"].get("top_score", {}).get("p50")),
                 _num(m["usage"]["latency_ms_p95"], ".0f"),
-                _num(m["usage"]["cost_total"], ".4f"),
+                _num(m["usage"]["cost_mean"], ".4g"),
                 _pct(m["labels"]["selective_accuracy"]),
                 f"{m['feedback']['up']}/{m['feedback']['down']}",
             )
