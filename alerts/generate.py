@@ -19,7 +19,7 @@ RULES_FILE = HERE / "ragmon-rules.yml"
 RUNBOOK = "https://github.com/ragmon/ragmon/blob/main/alerts/RUNBOOK.md"
 WHERE = "release {{ $labels.release }}, slice {{ $labels.dimension }}={{ $labels.value }}"
 
-RECORDING = [
+RECORDING: list[tuple[Any, ...]] = [  # (name, expr[, labels])
     ("release:ragmon_traces:rate5m",
      'sum by (release) (rate(ragmon_traces_total{dimension="all"}[5m]))'),
     ("release:ragmon_answer_coverage:ratio_rate15m",
@@ -43,19 +43,131 @@ RECORDING = [
 ]
 
 
-def _drift(name: str, signals: str, severity: str, summary: str, what: str) -> dict[str, Any]:
+# Drift alerts fire per (release, family), never per slice: one change of one release is
+# one alert, which says how many of its slices are in alarm and the strongest. Each
+# family's signals (the `signal` label of ragmon_drift_alarm):
+FAMILIES = {
+    "retrieval_score": "top_score|top_score_spread",
+    "critical_claim_unsupported": "critical_claim_unsupported_rate",
+    "answer_coverage": "answer_coverage",
+    "reason_mix": "reason_mix",
+    "gate_signal": "query_coverage|query_coverage_spread|supported_claim_ratio|"
+                   "supported_claim_ratio_spread|critical_support|critical_support_spread|"
+                   "self_check_reject_rate|verbatim_failure_rate",
+}
+# Answer coverage falling by more than this many points (reference minus a window's,
+# the largest in 5 minutes) makes a coverage change, or the retrieval drift behind it,
+# page instead of ticket. Change it here and run this script (alerts/RUNBOOK.md).
+COVERAGE_PAGE_POINTS = 5
+
+for _family, _signals in FAMILIES.items():
+    RECORDING += [
+        ("release:ragmon_drift_total_in_alarm:max",
+         f'max by (release) (ragmon_drift_alarm{{dimension="all",signal=~"{_signals}"}})',
+         {"family": _family}),
+        ("release:ragmon_drift_slices_in_alarm:count",
+         f'count by (release) (max by (release, dimension, value) '
+         f'(ragmon_drift_alarm{{dimension!="all",signal=~"{_signals}"}}) == 1)',
+         {"family": _family}),
+        ("release_slice:ragmon_drift_score:max",
+         f'max by (release, dimension, value) '
+         f'(ragmon_drift_score{{dimension!="all",signal=~"{_signals}"}})',
+         {"family": _family}),
+    ]
+RECORDING += [
+    ("release:ragmon_answer_coverage_drop:points",
+     '100 * max by (release) (\n'
+     '  ragmon_drift_reference_value{dimension="all",signal="answer_coverage",'
+     'direction="down"}\n'
+     '  - ragmon_drift_window_value{dimension="all",signal="answer_coverage",'
+     'direction="down"})'),
+    ("release:ragmon_answer_coverage_drop:max_points5m",
+     "max_over_time(release:ragmon_answer_coverage_drop:points[5m])"),
+]
+
+
+def _in_alarm(family: str) -> str:
+    return f'release:ragmon_drift_total_in_alarm:max{{family="{family}"}} == 1'
+
+
+COVERAGE_FALL = f"release:ragmon_answer_coverage_drop:max_points5m > {COVERAGE_PAGE_POINTS}"
+# What makes a retrieval drift an incident: its symptoms reach users.
+RETRIEVAL_IMPACT = f"({COVERAGE_FALL}\n  or on (release) {_in_alarm('critical_claim_unsupported')})"
+
+# The slices of a release-level alert, from the recording rules (Prometheus templating).
+_SLICES = (
+    '{{ with printf "release:ragmon_drift_slices_in_alarm:count{release=%q,family=%q}" '
+    '$labels.release "@F@" | query }}{{ . | first | value | printf "%.0f" }} slice(s) in '
+    'alarm{{ else }}no slice in alarm{{ end }}'
+    '{{ range printf "sort_desc(topk(3, release_slice:ragmon_drift_score:max{release=%q,'
+    'family=%q} >= 1))" $labels.release "@F@" | query }}, {{ .Labels.dimension }}='
+    '{{ .Labels.value }} ({{ .Value | printf "%.1f" }}x threshold){{ end }}')
+_DROP = ('{{ with printf "release:ragmon_answer_coverage_drop:max_points5m{release=%q}" '
+         '$labels.release | query }}{{ . | first | value | printf "%.1f" }}{{ end }}')
+
+
+def _drift(name: str, family: str, severity: str, summary: str, what: str,
+           expr: str | None = None, impact: str = "") -> dict[str, Any]:
     return {
         "alert": name,
-        "expr": f'max by (release, dimension, value, signal, direction) '
-                f'(ragmon_drift_alarm{{signal=~"{signals}"}}) == 1',
+        "expr": expr or _in_alarm(family),
         "for": "0m",  # the detector's false-alarm budget already decided; do not delay it
-        "labels": {"severity": severity},
+        "labels": {"severity": severity, "family": family},
         "annotations": {
             "summary": summary,
-            "description": f"{what} ({{{{ $labels.signal }}}} {{{{ $labels.direction }}}}) on "
-                           f"{WHERE}, against the release's frozen reference.",
+            "description": f"{what} on release {{{{ $labels.release }}}} (its total, against "
+                           f"its frozen reference){impact}; "
+                           + _SLICES.replace("@F@", family) + ".",
         },
     }
+
+
+_FELL = f"; answer coverage fell {_DROP} points (pages over {COVERAGE_PAGE_POINTS})"
+DRIFT_ALERTS: list[dict[str, Any]] = [
+    _drift("RagmonRetrievalScoreDrift", "retrieval_score", "critical",
+           "Retrieval scores drifted and users feel it",
+           "The retrieval score distribution changed",
+           f"{_in_alarm('retrieval_score')}\nand on (release) {RETRIEVAL_IMPACT}",
+           "; answer coverage fell by up to " + _DROP + " points or the "
+           "critical_claim_unsupported rate rose"),
+    _drift("RagmonRetrievalScoreDrift", "retrieval_score", "warning",
+           "Retrieval scores drifted from the reference",
+           "The retrieval score distribution changed",
+           f"{_in_alarm('retrieval_score')}\nunless on (release) {RETRIEVAL_IMPACT}"),
+    _drift("RagmonCriticalClaimUnsupportedRising", "critical_claim_unsupported", "critical",
+           "More answers abstain for an unsupported critical claim",
+           "The critical_claim_unsupported rate rose"),
+    _drift("RagmonAnswerCoverageChange", "answer_coverage", "critical",
+           "Answer coverage fell sharply", "The share of answered requests fell",
+           f"{_in_alarm('answer_coverage')}\nand on (release) {COVERAGE_FALL}", _FELL),
+    _drift("RagmonAnswerCoverageChange", "answer_coverage", "warning",
+           "Answer coverage changed", "The share of answered requests changed",
+           f"{_in_alarm('answer_coverage')}\nunless on (release) {COVERAGE_FALL}"),
+    _drift("RagmonReasonMixChange", "reason_mix", "warning",
+           "The mix of abstention reasons changed", "The abstention reason mix changed"),
+    _drift("RagmonGateSignalDrift", "gate_signal", "info",
+           "A gate signal drifted from the reference", "A gate signal changed"),
+    {
+        "alert": "RagmonSliceDrift",
+        "expr": "sum by (release) (\n  release:ragmon_drift_slices_in_alarm:count\n"
+                "  unless on (release, family) (release:ragmon_drift_total_in_alarm:max == 1)\n"
+                ") > 0",
+        "for": "0m",
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "Slices of a release drifted while its total did not",
+            "description": "{{ $value }} slice(s) of release {{ $labels.release }} are in "
+                           "alarm in a family whose release total is not"
+                           '{{ range printf "sort_desc(topk(5, release_slice:ragmon_drift_score:'
+                           'max{release=%q} >= 1 unless on (release, family) '
+                           '(release:ragmon_drift_total_in_alarm:max == 1)))" $labels.release '
+                           "| query }}, {{ .Labels.family }} {{ .Labels.dimension }}="
+                           '{{ .Labels.value }} ({{ .Value | printf "%.1f" }}x threshold)'
+                           "{{ end }}: a problem of those slices' data (one language, source, "
+                           "document version), not of the whole release.",
+        },
+    },
+]
 
 
 # How long a release's streams may wait for their thresholds after its reference froze
@@ -64,21 +176,7 @@ def _drift(name: str, signals: str, severity: str, summary: str, what: str) -> d
 UNARMED_FOR = "15m"
 
 ALERTS: list[dict[str, Any]] = [
-    _drift("RagmonRetrievalScoreDrift", "top_score|top_score_spread", "warning",
-           "Retrieval scores drifted from the reference",
-           "The retrieval score distribution changed"),
-    _drift("RagmonCriticalClaimUnsupportedRising", "critical_claim_unsupported_rate",
-           "critical", "More answers abstain for an unsupported critical claim",
-           "The critical_claim_unsupported rate rose"),
-    _drift("RagmonAnswerCoverageChange", "answer_coverage", "warning",
-           "Answer coverage changed sharply", "The share of answered requests changed"),
-    _drift("RagmonReasonMixChange", "reason_mix", "warning",
-           "The mix of abstention reasons changed", "The abstention reason mix changed"),
-    _drift("RagmonGateSignalDrift",
-           "query_coverage|query_coverage_spread|supported_claim_ratio|"
-           "supported_claim_ratio_spread|critical_support|critical_support_spread|"
-           "self_check_reject_rate|verbatim_failure_rate",
-           "info", "A gate signal drifted from the reference", "A gate signal changed"),
+    *DRIFT_ALERTS,
     {
         "alert": "RagmonGateLeak",
         "expr": 'sum by (release) (increase(ragmon_gate_leaks_total{dimension="all"}[5m])) > 0',
@@ -223,21 +321,66 @@ _W = 'instance="w1",job="ragmon"'
 _SLICE = 'release="r1",dimension="language",value="de"'
 
 
-def _drift_case(alert: str, signal: str, direction: str) -> list[tuple[Any, ...]]:
-    series = [(f'ragmon_drift_alarm{{{_SLICE},signal="{signal}",direction="{direction}",'
-               f'{_W}}}', "0 0 1 1 1")]
-    labels = {"release": "r1", "dimension": "language", "value": "de", "signal": signal,
-              "direction": direction}
-    return [(alert, series, "3m", [(labels, 1)]), (alert, series, "1m", [])]
+def _stream(name: str, dimension: str, signal: str, direction: str, values: str) -> tuple[str, str]:
+    value = "all" if dimension == "all" else "de"
+    dim = "all" if dimension == "all" else "language"
+    return (f'{name}{{release="r1",dimension="{dim}",value="{value}",signal="{signal}",'
+            f'direction="{direction}",{_W}}}', values)
+
+
+def _drift_cases(alert: str, signal: str, direction: str, severity: str, what: str,
+                 impact: str = "", extra: tuple[tuple[str, str], ...] = ()) -> list[tuple[Any, ...]]:
+    """A release total and one slice (2.5x its threshold) in alarm from minute 2: the
+    alert names the release and family, counts the slice and names it; before, silence."""
+    family = next(a["labels"]["family"] for a in DRIFT_ALERTS if a["alert"] == alert)
+    series = [_stream("ragmon_drift_alarm", "all", signal, direction, "0 0 1x8"),
+              _stream("ragmon_drift_alarm", "de", signal, direction, "0 0 1x8"),
+              _stream("ragmon_drift_score", "de", signal, direction, "0 0 2.5x8"), *extra]
+    labels = {"release": "r1", "family": family, "severity": severity}
+    text = (f"{what} on release r1 (its total, against its frozen reference){impact}; "
+            "1 slice(s) in alarm, language=de (2.5x threshold).")
+    return [(alert, series, "5m", [(labels, 1, text)]), (alert, series, "1m", [])]
+
+
+def _coverage(reference: float, window: float) -> tuple[tuple[str, str], ...]:
+    return (_stream("ragmon_drift_reference_value", "all", "answer_coverage", "down",
+                    f"{reference}x10"),
+            _stream("ragmon_drift_window_value", "all", "answer_coverage", "down",
+                    f"{reference}x2 {window}x8"))
 
 
 CASES: list[tuple[Any, ...]] = [
-    *_drift_case("RagmonRetrievalScoreDrift", "top_score", "down"),
-    *_drift_case("RagmonCriticalClaimUnsupportedRising", "critical_claim_unsupported_rate",
-                 "up"),
-    *_drift_case("RagmonAnswerCoverageChange", "answer_coverage", "down"),
-    *_drift_case("RagmonReasonMixChange", "reason_mix", "change"),
-    *_drift_case("RagmonGateSignalDrift", "verbatim_failure_rate", "up"),
+    *_drift_cases("RagmonRetrievalScoreDrift", "top_score", "down", "critical",
+                  "The retrieval score distribution changed",
+                  "; answer coverage fell by up to 12.0 points or the "
+                  "critical_claim_unsupported rate rose", _coverage(0.84, 0.72)),
+    *_drift_cases("RagmonRetrievalScoreDrift", "top_score", "down", "warning",
+                  "The retrieval score distribution changed", "", _coverage(0.84, 0.82)),
+    *_drift_cases("RagmonCriticalClaimUnsupportedRising", "critical_claim_unsupported_rate",
+                  "up", "critical", "The critical_claim_unsupported rate rose"),
+    *_drift_cases("RagmonAnswerCoverageChange", "answer_coverage", "down", "critical",
+                  "The share of answered requests fell",
+                  f"; answer coverage fell 12.0 points (pages over {COVERAGE_PAGE_POINTS})",
+                  _coverage(0.84, 0.72)),
+    *_drift_cases("RagmonAnswerCoverageChange", "answer_coverage", "down", "warning",
+                  "The share of answered requests changed", "", _coverage(0.84, 0.82)),
+    *_drift_cases("RagmonReasonMixChange", "reason_mix", "change", "warning",
+                  "The abstention reason mix changed"),
+    *_drift_cases("RagmonGateSignalDrift", "verbatim_failure_rate", "up", "info",
+                  "A gate signal changed"),
+    # One slice drifts, the release total does not: one alert for the release, naming it.
+    ("RagmonSliceDrift", [_stream("ragmon_drift_alarm", "all", "top_score", "down", "0x10"),
+                          _stream("ragmon_drift_alarm", "de", "top_score", "down", "0 0 1x8"),
+                          _stream("ragmon_drift_score", "de", "top_score", "down", "0 0 2.5x8")],
+     "5m", [({"release": "r1"}, 1,
+             "1 slice(s) of release r1 are in alarm in a family whose release total is not, "
+             "retrieval_score language=de (2.5x threshold): a problem of those slices' data "
+             "(one language, source, document version), not of the whole release.")]),
+    # ... and when the total is in alarm too, its own family alert says it all.
+    ("RagmonSliceDrift", [_stream("ragmon_drift_alarm", "all", "top_score", "down", "0 0 1x8"),
+                          _stream("ragmon_drift_alarm", "de", "top_score", "down", "0 0 1x8"),
+                          _stream("ragmon_drift_score", "de", "top_score", "down", "0 0 2.5x8")],
+     "5m", []),
     ("RagmonGateLeak", [('ragmon_gate_leaks_total{release="r1",dimension="all",value="all",'
                          f'{_W}}}', "0 0 0 1 1 1 1")], "4m", [({"release": "r1"}, 1)]),
     ("RagmonGateLeak", [('ragmon_gate_leaks_total{release="r1",dimension="all",value="all",'
@@ -306,15 +449,19 @@ CASES: list[tuple[Any, ...]] = [
 
 
 def tests() -> dict[str, Any]:
-    """promtool's unit test file: every case with its expected labels and annotations."""
-    by_alert = {a["alert"]: a for a in ALERTS}
+    """promtool's unit test file: every case with its expected labels and annotations (an
+    alert of two severities is two rules: a case's `severity` label picks one; a case may
+    give the description rendered by hand, where it queries recording rules)."""
     out = []
     for alert, series, at, expected in CASES:
-        spec = by_alert[alert]
         exp = []
-        for labels, value in expected:
+        for labels, value, *text in expected:
+            [spec] = [a for a in ALERTS if a["alert"] == alert and labels.get(
+                "severity", a["labels"]["severity"]) == a["labels"]["severity"]]
             annotations = {k: _render(v, labels, value)
                            for k, v in rules_annotations(spec).items()}
+            if text:
+                annotations["description"] = text[0]
             exp.append({"exp_labels": {**labels, **spec["labels"]},
                         "exp_annotations": annotations})
         out.append({"interval": "1m",
@@ -343,7 +490,8 @@ def rules() -> dict[str, Any]:
     alerts = [{**alert, "annotations": rules_annotations(alert)} for alert in ALERTS]
     return {"groups": [
         {"name": "ragmon.recording", "interval": "30s",
-         "rules": [{"record": name, "expr": expr} for name, expr in RECORDING]},
+         "rules": [{"record": name, "expr": expr, **({"labels": extra[0]} if extra else {})}
+                   for name, expr, *extra in RECORDING]},
         {"name": "ragmon.alerts", "rules": alerts},
     ]}
 
@@ -356,11 +504,14 @@ def grafana() -> dict[str, Any]:
     """The same alerts as Grafana alerting provisioning (rules, contact point, policy):
     query A is the Prometheus expression, B reduces it, C fires when B > 0."""
     rules_ = []
+    names = [alert["alert"] for alert in ALERTS]
     for alert in ALERTS:
-        name = alert["alert"]
+        twin = names.count(alert["alert"]) > 1  # one alert of two severities: two titles
+        severity = alert["labels"]["severity"]
         rules_.append({
-            "uid": name.lower()[:40],
-            "title": name,
+            "uid": f"{alert['alert'].lower()[:30]}-{severity}" if twin
+                   else alert["alert"].lower()[:40],
+            "title": f"{alert['alert']} ({severity})" if twin else alert["alert"],
             "condition": "C",
             "data": [
                 {"refId": "A", "relativeTimeRange": {"from": 600, "to": 0},

@@ -33,6 +33,9 @@ DEMO_LATENESS_SECONDS = 5
 
 def run(scenario: str, duration_seconds: float, rate: float, metrics_port: int | None,
         config: str | None = None) -> int:
+    # `--duration` is the demo's wall time: start-up (broker, worker) counts, and the
+    # screen's clock starts with the command.
+    started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="ragmon-demo-"))
     port = metrics_port or free_port()
     with EmbeddedBroker(log=workdir / "broker.log") as broker:
@@ -45,13 +48,13 @@ def run(scenario: str, duration_seconds: float, rate: float, metrics_port: int |
         try:
             render.demo_banner(broker.bootstrap, port, scenario, workdir)
             _wait_for_metrics(port, worker)
-            _drive(settings, scenario, duration_seconds, rate, port)
+            _drive(settings, scenario, started, started + duration_seconds, rate, port)
         except KeyboardInterrupt:
             pass
         finally:
-            worker.terminate()
+            worker.terminate()  # the worker's own grace is `shutdown_seconds`
             try:
-                worker.wait(timeout=15)
+                worker.wait(timeout=settings.shutdown_seconds + 2)
             except subprocess.TimeoutExpired:
                 worker.kill()
     render.demo_done(workdir)
@@ -87,18 +90,20 @@ def _wait_for_metrics(port: int, worker: subprocess.Popen[bytes]) -> None:
     raise RuntimeError("the worker's /metrics did not come up within 60 s")
 
 
-def _drive(settings: Settings, scenario: str, duration_seconds: float, rate: float,
+def _drive(settings: Settings, scenario: str, started: float, until: float, rate: float,
            port: int) -> None:
-    """Produce at `rate` traces/s in real event time; refresh the view once a second."""
-    change_at = int(rate * duration_seconds / 2)
+    """Produce at `rate` traces/s in real event time until `until` (the scenario from the
+    middle of that), refreshing the view once a second; times are since `started`."""
+    begun = time.monotonic()
+    change_at = int(rate * max(until - begun, 0.0) / 2)
     sim = Simulator(seed=0, scenario=scenario, change_at=change_at, rate=rate,
                     start=datetime.now(UTC), label_share=0.05)
     producer = Sender(settings)
-    started = time.monotonic()
     sent = 0
-    with render.DemoView(scenario, change_at / rate) as view:
-        while (elapsed := time.monotonic() - started) < duration_seconds:
-            due = int(elapsed * rate) - sent
+    with render.DemoView(scenario, begun - started + change_at / rate,
+                         until - started) as view:
+        while (now := time.monotonic()) < until:
+            due = int((now - begun) * rate) - sent
             for line in sim.traces(max(due, 0)):
                 producer.send(settings.topic_decisions, line)
             sent += max(due, 0)
@@ -111,6 +116,6 @@ def _drive(settings: Settings, scenario: str, duration_seconds: float, rate: flo
             producer.flush()
             # The worker may be busy or restarting: the next refresh will tell.
             with suppress(OSError):
-                view.update(elapsed, sent, _scrape(port))
-            time.sleep(max(0.0, 1.0 - (time.monotonic() - started - elapsed)))
+                view.update(time.monotonic() - started, sent, _scrape(port))
+            time.sleep(max(0.0, min(1.0 - (time.monotonic() - now), until - time.monotonic())))
     producer.close()

@@ -54,21 +54,28 @@ def test_every_alert_has_a_firing_and_a_silent_case_and_a_runbook_entry():
 
 def test_rules_use_only_exported_metrics():
     exported = set(METRICS) | {m.removesuffix("_total") for m in METRICS}
-    recorded = {name for name, _ in generate.RECORDING}
-    exprs = [expr for _, expr in generate.RECORDING] + [a["expr"] for a in generate.ALERTS]
+    recorded = {name for name, *_ in generate.RECORDING}
+    exprs = [expr for _, expr, *_ in generate.RECORDING] + [a["expr"] for a in generate.ALERTS]
     for expr in exprs:
-        for name in re.findall(r"\bragmon_[a-z_]+", expr):
-            assert name in exported, f"{name} is not exported by monitor.export.collector"
         for name in re.findall(r"\b[a-z_]+:[a-z_]+:[a-z0-9_]+", expr):
             assert name in recorded, f"{name} is not a recording rule"
+        expr = re.sub(r"\b[a-z_]+:[a-z_]+:[a-z0-9_]+", "", expr)
+        for name in re.findall(r"\bragmon_[a-z_]+", expr):
+            assert name in exported, f"{name} is not exported by monitor.export.collector"
 
 
-def test_drift_descriptions_name_release_and_slice():
-    for alert in generate.ALERTS:
-        if "ragmon_drift_alarm" in alert["expr"]:
-            text = alert["annotations"]["description"]
-            assert "$labels.release" in text and "$labels.dimension" in text
-            assert "$labels.value" in text
+def test_drift_alerts_are_per_release_and_family_and_name_their_slices():
+    """One alert per (release, family): no slice label to multiply it; the description
+    counts the release's slices in alarm and names the strongest."""
+    for alert in generate.DRIFT_ALERTS:
+        assert "ragmon_drift_alarm" not in alert["expr"]  # only the per-release records
+        text = alert["annotations"]["description"]
+        assert "$labels.release" in text and "release_slice:ragmon_drift_score:max" in text
+    families = {a["labels"].get("family") for a in generate.DRIFT_ALERTS} - {None}
+    assert families == set(generate.FAMILIES)
+    for name in {a["alert"] for a in generate.ALERTS}:  # two severities: complementary
+        severities = [a["labels"]["severity"] for a in generate.ALERTS if a["alert"] == name]
+        assert len(set(severities)) == len(severities), name
 
 
 @pytest.mark.skipif(shutil.which("amtool") is None, reason="amtool not installed")
@@ -82,10 +89,11 @@ def test_grafana_alerting_mirrors_the_prometheus_rules():
     import yaml
 
     doc = yaml.safe_load(generate.GRAFANA_FILE.read_text())
-    grafana_rules = {r["title"]: r for r in doc["groups"][0]["rules"]}
-    assert set(grafana_rules) == {a["alert"] for a in generate.ALERTS}
+    grafana_rules = {(r["title"].split(" ")[0], r["labels"]["severity"]): r
+                     for r in doc["groups"][0]["rules"]}
+    assert set(grafana_rules) == {(a["alert"], a["labels"]["severity"]) for a in generate.ALERTS}
     for alert in generate.ALERTS:
-        mirrored = grafana_rules[alert["alert"]]
+        mirrored = grafana_rules[(alert["alert"], alert["labels"]["severity"])]
         assert mirrored["data"][0]["model"]["expr"] == alert["expr"]
         assert mirrored["labels"] == alert["labels"]
         assert mirrored["annotations"]["runbook_url"].endswith(alert["alert"].lower())

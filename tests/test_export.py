@@ -123,6 +123,7 @@ def test_drift_metrics_render_alarms_with_exemplars_and_recalibration():
     assert got[("ragmon_recalibration_required", (("release", "2026.11.3"),))] == 0.0
     assert got[("ragmon_reference_traces", (("release", "2026.11.3"),))] >= 2000
     assert any(name == "ragmon_drift_distance" for name, _ in got)
+    demo_screen_reads_as_a_status_board(got)
     text = generate_openmetrics(registry).decode()
     line = next(x for x in text.splitlines() if x.startswith("ragmon_drift_alarms_total")
                 and 'signal="critical_claim_unsupported_rate"' in x and 'dimension="all"' in x)
@@ -149,6 +150,31 @@ def test_drift_metrics_render_alarms_with_exemplars_and_recalibration():
     assert not any(name == "ragmon_drift_alarm" and ("dimension", "all") not in labels
                    for name, labels in small)
     assert small[("ragmon_series_dropped", ())] > 0
+
+
+def demo_screen_reads_as_a_status_board(got):
+    """The demo's screen from these samples: zero counts hidden, alarms as where they are
+    (the release, n slices), streams armed out of all."""
+    from rich.console import Console
+
+    from monitor.offline.terminal import DemoView
+
+    def screen(samples):
+        console = Console(record=True, width=300)
+        console.print(DemoView("index_change", 60.0, 120.0)._table(90.0, 24_000, samples,
+                                                                   samples, 10.0))
+        return console.export_text()
+
+    quiet = screen(got)
+    assert "t=  90s of 120s" in quiet and "rejected" not in quiet
+    assert "critical_claim_unsupported_rate up: release" in quiet
+    states = {dict(k[1])["status"]: v for k, v in got.items()
+              if k[0] == "ragmon_drift_streams" and dict(k[1])["release"] == "2026.11.3"}
+    armed = sum(states.values()) - states.get("insufficient_data", 0)
+    assert f"{armed:.0f}/{sum(states.values()):.0f}" in quiet
+    noisy = screen({**got, ("ragmon_rejected_total", (("reason", "not_json"),)): 3.0,
+                    ("ragmon_rejected_total", (("reason", "non_finite"),)): 0.0})
+    assert "rejected 3 (not_json 3)" in noisy and "non_finite" not in noisy
 
 
 def test_openmetrics_exemplars_carry_the_traces_otel_ids():

@@ -173,11 +173,17 @@ def _listening(port: int) -> bool:
 
 
 def test_demo_runs_and_stops_everything_it_started():
-    result = subprocess.run([sys.executable, "-m", "monitor.cli", "demo", "--duration", "12",
+    began = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "monitor.cli", "demo", "--duration", "25",
                              "--rate", "100", "--scenario", "index_change"],
                             capture_output=True, text=True, timeout=120, check=False)
+    took = time.monotonic() - began
     assert result.returncode == 0, result.stderr[-2000:]
     assert "phase: index_change" in result.stdout
+    # --duration is the whole run's (start-up included; the screen's clock with it): a
+    # bound loose enough for a loaded machine, tight enough to catch start-up not counted.
+    clocks = [int(t) for t in re.findall(r"t=\s*(\d+)s of 25s", result.stdout)]
+    assert clocks and max(clocks) <= 25 and took < 25 + 15, (took, clocks)
     assert "2026.11.3" in result.stdout and "demo stopped" in result.stderr
     # What the demo started, by the addresses it printed (its broker and its worker's
     # metrics): nothing listens there any more. Other jobs' processes are not looked at.

@@ -25,10 +25,11 @@ alarm, not one per window.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -38,62 +39,13 @@ from monitor.detect import arming
 from monitor.detect import detectors as det
 from monitor.detect.growth import Growth
 from monitor.detect.reference import Accumulator, Reference
+from monitor.detect.report import Alarm, DriftView, StreamKey, Verdict
 from monitor.detect.streams import EXCLUDED_SIGNALS, distances, stream_specs, with_shape
 from monitor.detect.thresholds import arl0_windows, threshold
 from monitor.ingest.contract import Components
 from monitor.settings import Settings
 
 __all__ = ["Alarm", "Drift", "DriftConfig", "DriftView", "StreamKey", "Verdict"]
-
-
-class StreamKey(NamedTuple):
-    release: str
-    dimension: str  # "" for the release total
-    value: str
-    signal: str
-    direction: str  # up, down, change
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The latest state of one stream, as exported."""
-
-    statistic: float
-    threshold: float
-    alarm_active: bool
-    status: str  # ok, alarm, insufficient_data, recalibration_required
-    window_start: int
-    since_windows: int = 0
-
-
-@dataclass(frozen=True)
-class Alarm:
-    """A stream crossed its threshold in the window starting at `window_start`."""
-
-    key: StreamKey
-    window_start: int
-    statistic: float
-    threshold: float
-    since_windows: int  # the estimated change lies this many windows back
-    reference_value: float | None
-    current_value: float | None
-
-    @property
-    def group(self) -> str:
-        """Alarms of one change: a slice and its release total share the group."""
-        return f"{self.key.release}/{self.key.signal}/{self.key.direction}"
-
-
-class DriftView(NamedTuple):
-    """An immutable copy of what the exporter shows (built after each detection round)."""
-
-    verdicts: dict[StreamKey, Verdict]
-    alarm_counts: dict[StreamKey, int]
-    exemplars: dict[StreamKey, str]
-    references: dict[str, dict[str, Any]]       # release -> Reference.describe()
-    reference_totals: dict[str, Cell]           # release -> its reference's total cell
-    recalibration: dict[str, list[str]]         # release -> why ([] = no reference yet)
-    distances: dict[tuple[str, str, str, str], dict[str, float]]  # cell + signal -> measure
 
 
 @dataclass(frozen=True)
@@ -223,25 +175,32 @@ class Drift:
                 if self.calibrated:
                     return
                 continue
-            per_family: dict[str, int] = {}
-            for key in list(self.detectors):  # (a copy: the fold goes on)
-                fam = self.spec_of[(key.signal, key.direction)].family
-                per_family[fam] = per_family.get(fam, 0) + 1
+            per_family = Counter(self._family(key) for key in list(self.detectors))  # a copy
             for key, detector, family in todo:
-                detector.threshold = threshold(family, max(self.window_n[key], 1e-9),
+                # An unarmed stream with a shape is armed on its model first (cached, ms)
+                # and on its shape (a simulation) when its turn comes again: every stream
+                # armed within seconds, the shape's correction soon after.
+                first = getattr(family, "atoms", None) is not None and not np.isfinite(
+                    detector.threshold)
+                model = replace(family, atoms=None) if first else family  # type: ignore[type-var]
+                detector.threshold = threshold(model, max(self.window_n[key], 1e-9),
                                                self._budget(key, per_family))
-                self.calibrated_for[key] = family
+                if not first:
+                    self.calibrated_for[key] = family
                 if self.built != built:
                     break  # new streams: they go first
 
-    def _budget(self, key: StreamKey, per_family: dict[str, int]) -> float:
-        n = max(self.window_n[key], 1e-9)
-        if self.config.arl0_traces is not None:
-            budget = self.config.arl0_traces / n
-        else:
-            fam = self.spec_of[(key.signal, key.direction)].family
-            days = self.config.false_alarm_days_by_family.get(fam, self.config.false_alarm_days)
-            budget = arl0_windows(days, per_family.get(fam, 1), self.config.window_seconds)
+    def _family(self, key: StreamKey) -> str:
+        return self.spec_of[(key.signal, key.direction)].family
+
+    def _budget(self, key: StreamKey, per_family: Counter[str]) -> float:
+        """Windows between false alarms for one stream: `arl0_traces` over its window, or
+        its family's time budget shared by the family's streams."""
+        fam = self._family(key)
+        days = self.config.false_alarm_days_by_family.get(fam, self.config.false_alarm_days)
+        budget = (self.config.arl0_traces / max(self.window_n[key], 1e-9)
+                  if self.config.arl0_traces is not None
+                  else arl0_windows(days, per_family[fam], self.config.window_seconds))
         return max(budget, 2.0)
 
     # --- the fold --------------------------------------------------------------------
@@ -353,8 +312,11 @@ class Drift:
                 latched = self._is_latched(key, window_start)
                 if update.alarm:
                     self.last_alarm[key] = window_start
-                self.verdicts[key] = self._verdict(key, update.statistic, update.threshold,
-                                                   window_start, update.status, update.since)
+                self.verdicts[key] = replace(
+                    self._verdict(key, update.statistic, update.threshold, window_start,
+                                  update.status, update.since),
+                    reference_value=None if ref_cell is None else spec.value(ref_cell),
+                    window_value=spec.value(cell))
                 if update.alarm and not latched:  # a persisting change stays one alarm
                     alarms.append(Alarm(
                         key, window_start, update.statistic, update.threshold, update.since,

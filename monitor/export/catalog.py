@@ -175,6 +175,14 @@ DRIFT_INSUFFICIENT: Final = Family("ragmon_drift_insufficient_data", "gauge", "1
 DRIFT_ALARMS: Final = Family("ragmon_drift_alarms", "counter", "Alarms raised per stream (one "
                              "per change); the exemplar is a trace of the window that raised "
                              "the latest.", STREAM_LABELS)
+DRIFT_REFERENCE_VALUE: Final = Family(
+    "ragmon_drift_reference_value", "gauge", "The quantity a release-level drift stream "
+    "watches (answer_coverage, critical_claim_unsupported_rate, a signal's mean or standard "
+    "deviation), in the release's reference.", STREAM_LABELS)
+DRIFT_WINDOW_VALUE: Final = Family(
+    "ragmon_drift_window_value", "gauge", "The same quantity in the latest closed window "
+    "(beside ragmon_drift_reference_value: how far a change went; alert severity).",
+    STREAM_LABELS)
 DRIFT_STREAMS: Final = Family(
     "ragmon_drift_streams", "gauge", "Drift streams of a release by status: ok (armed, "
     "quiet), alarm, insufficient_data (no usable reference or threshold yet), "
@@ -214,7 +222,7 @@ FAMILIES: Final = (
     WINDOWS_SKIPPED, RELEASES_OWNED, WORKER_ERRORS, SERIES_BUDGET, SLICE_VALUES_OVERFLOWED,
     SLICE_VALUES_REPLACED, SERIES, SERIES_DROPPED,
     DRIFT_STATISTIC, DRIFT_THRESHOLD, DRIFT_SCORE, DRIFT_ALARM, DRIFT_INSUFFICIENT, DRIFT_ALARMS,
-    DRIFT_STREAMS,
+    DRIFT_STREAMS, DRIFT_REFERENCE_VALUE, DRIFT_WINDOW_VALUE,
     DRIFT_DISTANCE, reference_info(()), REFERENCE_TRACES, RECALIBRATION_REQUIRED,
     REFERENCE_BUCKETS,
 )

@@ -91,6 +91,7 @@ def drift(view: DriftView, room: int, layout: Layout,
     score = c.DRIFT_SCORE.new()
     alarm, insufficient = c.DRIFT_ALARM.new(), c.DRIFT_INSUFFICIENT.new()
     alarms = c.DRIFT_ALARMS.new()
+    reference_value, window_value = c.DRIFT_REFERENCE_VALUE.new(), c.DRIFT_WINDOW_VALUE.new()
     keys = sorted(view.verdicts, key=lambda k: (k.dimension != TOTAL, k))
     left_out = 0
     states: Counter[tuple[str, str]] = Counter()
@@ -107,6 +108,11 @@ def drift(view: DriftView, room: int, layout: Layout,
             statistic.add_metric(values, verdict.statistic)
             limit.add_metric(values, verdict.threshold)
             room -= 2
+            for family, shown in ((reference_value, verdict.reference_value),
+                                  (window_value, verdict.window_value)):
+                if shown is not None and math.isfinite(shown):
+                    family.add_metric(values, shown)
+                    room -= 1
         if math.isfinite(verdict.threshold) and verdict.threshold > 0 and (
                 whole or verdict.statistic >= DRIFT_FLOOR * verdict.threshold):
             score.add_metric(values, verdict.statistic / verdict.threshold)
@@ -152,5 +158,6 @@ def drift(view: DriftView, room: int, layout: Layout,
             total = bounds[-1][1]
             for le, count in bounds if total else []:
                 shares.add_metric([release, name, le], count / total)
-    return [statistic, limit, score, alarm, insufficient, alarms, streams, distance, info,
+    return [statistic, limit, score, alarm, insufficient, alarms, reference_value, window_value,
+            streams, distance, info,
             traces, recalibration, shares], left_out

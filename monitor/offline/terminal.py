@@ -131,9 +131,10 @@ def demo_done(workdir: Path) -> None:
 class DemoView:
     """A live table from real scrapes: totals since start and the last 10 s per release."""
 
-    def __init__(self, scenario: str, change_seconds: float) -> None:
+    def __init__(self, scenario: str, change_seconds: float, end_seconds: float) -> None:
         self.scenario = scenario
         self.change_seconds = change_seconds
+        self.end_seconds = end_seconds
         self.history: list[tuple[float, Samples]] = []
         self.console = Console() if sys.stdout.isatty() else Console(width=160)
         self.live = Live(console=self.console, refresh_per_second=2) if sys.stdout.isatty() \
@@ -162,16 +163,19 @@ class DemoView:
 
     def _table(self, elapsed: float, sent: int, now: Samples, then: Samples,
                span: float) -> Table:
-        phase = "steady" if elapsed < self.change_seconds else self.scenario
+        phase = (f"steady, {self.scenario} at t={self.change_seconds:.0f}s"
+                 if elapsed < self.change_seconds else self.scenario)
         read = now.get(("ragmon_input_messages_total", (("outcome", "read"),)), 0)
         rejected = {dict(k[1])["reason"]: v for k, v in now.items()
-                    if k[0] == "ragmon_rejected_total"}
-        table = Table(title=f"t={elapsed:5.0f}s  phase: {phase}  produced {sent}  "
-                            f"read {read:.0f}  rejected {sum(rejected.values()):.0f} "
-                            f"{dict(sorted(rejected.items()))}", title_justify="left")
+                    if k[0] == "ragmon_rejected_total" and v}
+        reasons = ", ".join(f"{r} {v:.0f}" for r, v in sorted(rejected.items()))
+        table = Table(title=f"t={elapsed:4.0f}s of {self.end_seconds:.0f}s  phase: {phase}  "
+                            f"produced {sent}  read {read:.0f}"
+                            + (f"  rejected {sum(rejected.values()):.0f} ({reasons})"
+                               if rejected else ""), title_justify="left")
         for column in ("release", "traces", "traces/s", "coverage 10s", "abstain 10s",
                        "ccu rate 10s", "top reason 10s", "top_score mean 10s", "gate leaks",
-                       "drift alarms (slices)"):
+                       "streams armed", "drift alarms"):
             table.add_column(column, justify="left" if column == "release" else "right")
         releases = {dict(k[1]).get("release", "") for k in now if k[0] == "ragmon_traces_total"}
         for release in sorted(releases):
@@ -199,23 +203,43 @@ def _release_row(release: str, now: Samples, then: Samples, span: float) -> list
                and {"release": release, "dimension": "all"}.items() <= dict(ls).items()}
     leaks = total("ragmon_gate_leaks_total")
     return [*_basics(release, total, delta, traces, answered, reasons, span, leaks, now),
-            _drift_cell(release, now)]
+            _armed_cell(release, now), _drift_cell(release, now)]
+
+
+def _armed_cell(release: str, now: Samples) -> str:
+    """Drift streams with a threshold, of those the reference holds ("512/529")."""
+    states = {dict(ls)["status"]: v for (name, ls), v in now.items()
+              if name == "ragmon_drift_streams" and dict(ls).get("release") == release}
+    if not states:
+        return "[dim]-[/]"
+    waiting = states.get("insufficient_data", 0.0) + states.get("recalibration_required", 0.0)
+    total = sum(states.values())
+    text = f"{total - waiting:.0f}/{total:.0f}"
+    return f"[yellow]{text}[/]" if waiting else text
 
 
 def _drift_cell(release: str, now: Samples) -> str:
-    """Active alarms of the release ("signal direction (+n slices)"), or its reference state."""
+    """Active alarms of the release ("top_score down: release + 22 slices"), or its
+    reference state."""
     if now.get(("ragmon_recalibration_required", (("release", release),))) == 1.0:
         stale = ("ragmon_reference_traces", (("release", release),)) in now
         return "[yellow]recalibration required[/]" if stale else "[dim]freezing reference[/]"
-    active: dict[str, int] = {}
+    active: dict[str, list[int]] = {}  # stream -> [release total in alarm, slices]
     for (name, labels), value in now.items():
         ls = dict(labels)
         if name == "ragmon_drift_alarm" and value == 1.0 and ls.get("release") == release:
-            stream = f"{ls['signal']} {ls['direction']}"
-            active[stream] = active.get(stream, 0) + (0 if ls["dimension"] == "all" else 1)
+            where = active.setdefault(f"{ls['signal']} {ls['direction']}", [0, 0])
+            where[ls["dimension"] != "all"] += 1
     if not active:
         return "[green]none[/]"
-    return "[red]" + ", ".join(f"{k} (+{n})" for k, n in sorted(active.items())) + "[/]"
+    return "[red]" + "; ".join(f"{stream}: {_where(*where)}"
+                               for stream, where in sorted(active.items())) + "[/]"
+
+
+def _where(total: int, slices: int) -> str:
+    parts = (["release"] if total else []) + (
+        [f"{slices} slice{'s' if slices != 1 else ''}"] if slices else [])
+    return " + ".join(parts)
 
 
 def _basics(release: str, total: Any, delta: Any, traces: float, answered: float,
