@@ -18,6 +18,8 @@ HERE = Path(__file__).resolve().parent
 RULES_FILE = HERE / "ragmon-rules.yml"
 RUNBOOK = "https://github.com/ragmon/ragmon/blob/main/alerts/RUNBOOK.md"
 WHERE = "release {{ $labels.release }}, slice {{ $labels.dimension }}={{ $labels.value }}"
+# The worker's own labels in the promtool cases' series.
+_W = 'instance="w1",job="ragmon"'
 
 RECORDING: list[tuple[Any, ...]] = [  # (name, expr[, labels])
     ("release:ragmon_traces:rate5m",
@@ -170,6 +172,135 @@ DRIFT_ALERTS: list[dict[str, Any]] = [
 ]
 
 
+# --- quality SLOs (alerts/slo.yml): error ratios, burn rates, multiwindow alerts ---------
+
+SLO_FILE = HERE / "slo.yml"
+# What each objective counts, per release total: (error events, valid events).
+SLO_EVENTS = {
+    "answer_coverage": ('ragmon_traces_total{dimension="all",decision="abstain"}',
+                        'ragmon_traces_total{dimension="all"}'),
+    "unsupported_answers": ('ragmon_label_outcomes_total{dimension="all",'
+                            'outcome="answered_uc_true"}',
+                            'ragmon_label_outcomes_total{dimension="all",'
+                            'outcome="answered_uc_known"}'),
+    "gate_leaks": ('ragmon_gate_leaks_total{dimension="all"}',
+                   'ragmon_traces_total{dimension="all",decision=~"answer|partial"}'),
+}
+# The SRE workbook's multiwindow, multi-burn-rate pairs (long window, short window, burn
+# rate): 2% of the budget in 1 h or 5% in 6 h pages; 10% in 3 d or... in 1 d tickets.
+FAST_BURN = (("1h", "5m", 14.4), ("6h", "30m", 6.0))
+SLOW_BURN = (("1d", "2h", 3.0), ("3d", "6h", 1.0))
+_BURN_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
+
+
+def slo_config() -> dict[str, Any]:
+    doc = yaml.safe_load(SLO_FILE.read_text())
+    unknown = set(doc["slos"]) - set(SLO_EVENTS)
+    if unknown:
+        raise SystemExit(f"{SLO_FILE.name}: unknown SLOs {sorted(unknown)}; "
+                         f"known: {sorted(SLO_EVENTS)}")
+    return doc
+
+
+def _objectives(spec: dict[str, Any]) -> list[tuple[str, float]]:
+    """(release matcher, objective): each release named in `releases`, then the rest."""
+    named = spec.get("releases") or {}
+    out = [(f'release="{r}"', float(o)) for r, o in sorted(named.items())]
+    rest = f',release!~"{"|".join(sorted(named))}"' if named else ""
+    return out + [(rest.lstrip(","), float(spec["objective"]))]
+
+
+def _with(selector: str, matcher: str) -> str:
+    return selector if not matcher else selector[:-1] + "," + matcher + "}"
+
+
+def slo_recording() -> list[tuple[Any, ...]]:
+    """Per SLO, release group and window: the error ratio and the burn rate (error ratio
+    over the budget: 1 spends the budget exactly in the SLO window; a budget of 0 makes any
+    error an infinite burn), and the budget left over the whole window."""
+    config = slo_config()
+    window = config["window"]
+    rules: list[tuple[Any, ...]] = []
+    for name, spec in config["slos"].items():
+        errors, valid = SLO_EVENTS[name]
+        for matcher, objective in _objectives(spec):
+            labels = {"slo": name}
+            for w in (*_BURN_WINDOWS, window):
+                ratio = (f"sum by (release) (rate({_with(errors, matcher)}[{w}]))\n/\n"
+                         f"sum by (release) (rate({_with(valid, matcher)}[{w}]))")
+                rules.append((f"release_slo:ragmon_slo_errors:ratio_rate{w}", ratio, labels))
+                rules.append((f"release_slo:ragmon_slo_burn_rate:rate{w}",
+                              f'release_slo:ragmon_slo_errors:ratio_rate{w}'
+                              f'{{{_with_slo(name, matcher)}}} / {1.0 - objective:g}', labels))
+            left = (f"1 - clamp_max(sum by (release) (increase({_with(errors, matcher)}"
+                    f"[{window}])), 1)" if objective >= 1.0 else
+                    f'1 - release_slo:ragmon_slo_burn_rate:rate{window}'
+                    f'{{{_with_slo(name, matcher)}}}')
+            rules.append((f"release_slo:ragmon_slo_error_budget_remaining:ratio{window}", left,
+                          labels))
+    return rules
+
+
+def _with_slo(name: str, matcher: str) -> str:
+    return f'slo="{name}"' + (f",{matcher}" if matcher else "")
+
+
+def _burn(pairs: tuple[tuple[str, str, float], ...]) -> str:
+    return "\nor\n".join(f"(release_slo:ragmon_slo_burn_rate:rate{long} > {rate:g}\n"
+                         f" and release_slo:ragmon_slo_burn_rate:rate{short} > {rate:g})"
+                         for long, short, rate in pairs)
+
+
+SLO_ALERTS: list[dict[str, Any]] = [
+    {
+        "alert": "RagmonSLOFastBurn",
+        "expr": _burn(FAST_BURN),
+        "for": "2m",
+        "labels": {"severity": "critical"},
+        "annotations": {
+            "summary": "A quality SLO's error budget burns fast",
+            "description": "Release {{ $labels.release }} spends its {{ $labels.slo }} error "
+                           "budget {{ $value | printf \"%.1f\" }}x as fast as its objective "
+                           "allows (over 1 h and 5 min, or 6 h and 30 min): at this pace the "
+                           "budget of the SLO window is gone within days.",
+        },
+    },
+    {
+        "alert": "RagmonSLOSlowBurn",
+        "expr": _burn(SLOW_BURN),
+        "for": "15m",
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "A quality SLO's error budget burns faster than it lasts",
+            "description": "Release {{ $labels.release }} spends its {{ $labels.slo }} error "
+                           "budget {{ $value | printf \"%.1f\" }}x as fast as its objective "
+                           "allows (over 1 d and 2 h, or 3 d and 6 h): the budget will not "
+                           "last the SLO window.",
+        },
+    },
+]
+
+
+def _labelled(minutes: int, unsupported_per_minute: int) -> list[tuple[str, str]]:
+    """Labelled answers of release r1 at 100 a minute, `unsupported_per_minute` of them
+    unsupported, for `minutes` minutes."""
+    return [('ragmon_label_outcomes_total{release="r1",dimension="all",value="all",'
+             f'outcome="answered_uc_known",{_W}}}', f"0+100x{minutes}"),
+            ('ragmon_label_outcomes_total{release="r1",dimension="all",value="all",'
+             f'outcome="answered_uc_true",{_W}}}', f"0+{unsupported_per_minute}x{minutes}")]
+
+
+_SLO_LABELS = {"release": "r1", "slo": "unsupported_answers"}
+SLO_CASES: list[tuple[Any, ...]] = [
+    # 10% unsupported against a 0.5% budget: burn rate 20, pages within the hour ...
+    ("RagmonSLOFastBurn", _labelled(120, 10), "70m", [(_SLO_LABELS, 20)]),
+    # ... 2%: burn rate 4, no page however long it lasts, but a ticket after a day.
+    ("RagmonSLOFastBurn", _labelled(1600, 2), "1580m", []),
+    ("RagmonSLOSlowBurn", _labelled(1600, 2), "1580m", [(_SLO_LABELS, 4)]),
+    ("RagmonSLOSlowBurn", _labelled(1600, 0), "1580m", []),
+]
+
+
 # How long a release's streams may wait for their thresholds after its reference froze
 # before RagmonStreamsUnarmed fires (calibration arms a release's streams within minutes;
 # benchmarks/RESULTS.md, "Arming"). Change it here and run this script.
@@ -177,6 +308,7 @@ UNARMED_FOR = "15m"
 
 ALERTS: list[dict[str, Any]] = [
     *DRIFT_ALERTS,
+    *SLO_ALERTS,
     {
         "alert": "RagmonGateLeak",
         "expr": 'sum by (release) (increase(ragmon_gate_leaks_total{dimension="all"}[5m])) > 0',
@@ -317,7 +449,6 @@ ALERTS: list[dict[str, Any]] = [
 
 # promtool unit tests: (alert, input series, eval time, expected alerts as (labels,
 # $value)). Each alert gets a firing case and a silent one (the same series, earlier).
-_W = 'instance="w1",job="ragmon"'
 _SLICE = 'release="r1",dimension="language",value="de"'
 
 
@@ -445,6 +576,7 @@ CASES: list[tuple[Any, ...]] = [
     ("RagmonStateNearLimit", [(f"ragmon_state_record_bytes{{{_W}}}", "0 0 900x20"),
                               (f"ragmon_state_max_bytes{{{_W}}}", "1000x22")], "8m", []),
     ("RagmonWatchdog", [], "1m", [({}, 1)]),
+    *SLO_CASES,
 ]
 
 
@@ -476,12 +608,13 @@ def rules_annotations(alert: dict[str, Any]) -> dict[str, str]:
 
 
 def _render(template: str, labels: dict[str, str], value: float) -> str:
-    """The subset of Prometheus templating the annotations use: $labels.x, $value and
-    `$value | humanizePercentage` (whole percentages in the cases)."""
+    """The subset of Prometheus templating the annotations use: $labels.x, $value,
+    `$value | humanizePercentage` (whole percentages in the cases) and `printf "%.1f"`."""
     text = template
     for name, v in labels.items():
         text = text.replace(f"{{{{ $labels.{name} }}}}", v)
     text = text.replace("{{ $value | humanizePercentage }}", f"{value * 100:g}%")
+    text = text.replace('{{ $value | printf "%.1f" }}', f"{value:.1f}")
     return text.replace("{{ $value }}", f"{value:g}")
 
 
@@ -492,6 +625,9 @@ def rules() -> dict[str, Any]:
         {"name": "ragmon.recording", "interval": "30s",
          "rules": [{"record": name, "expr": expr, **({"labels": extra[0]} if extra else {})}
                    for name, expr, *extra in RECORDING]},
+        {"name": "ragmon.slo", "interval": "1m",
+         "rules": [{"record": name, "expr": expr, "labels": labels}
+                   for name, expr, labels in slo_recording()]},
         {"name": "ragmon.alerts", "rules": alerts},
     ]}
 

@@ -55,7 +55,9 @@ def test_every_alert_has_a_firing_and_a_silent_case_and_a_runbook_entry():
 def test_rules_use_only_exported_metrics():
     exported = set(METRICS) | {m.removesuffix("_total") for m in METRICS}
     recorded = {name for name, *_ in generate.RECORDING}
-    exprs = [expr for _, expr, *_ in generate.RECORDING] + [a["expr"] for a in generate.ALERTS]
+    recorded |= {name for name, *_ in generate.slo_recording()}
+    exprs = [expr for _, expr, *_ in [*generate.RECORDING, *generate.slo_recording()]] + [
+        a["expr"] for a in generate.ALERTS]
     for expr in exprs:
         for name in re.findall(r"\b[a-z_]+:[a-z_]+:[a-z0-9_]+", expr):
             assert name in recorded, f"{name} is not a recording rule"
@@ -99,3 +101,18 @@ def test_grafana_alerting_mirrors_the_prometheus_rules():
         assert mirrored["annotations"]["runbook_url"].endswith(alert["alert"].lower())
     assert len({r["uid"] for r in grafana_rules.values()}) == len(grafana_rules)
     assert doc["policies"][0]["receiver"] == doc["contactPoints"][0]["name"]
+
+
+def test_every_slo_of_the_file_has_its_burn_rates_and_budget():
+    """alerts/slo.yml -> per SLO an error ratio and a burn rate over every window the
+    alerts read, and the budget left; a release of its own gets its own objective."""
+    config = generate.slo_config()
+    rules = generate.slo_recording()
+    windows = {w for pair in (*generate.FAST_BURN, *generate.SLOW_BURN) for w in pair[:2]}
+    for slo in config["slos"]:
+        names = {name for name, _, labels in rules if labels["slo"] == slo}
+        for w in windows:
+            assert f"release_slo:ragmon_slo_burn_rate:rate{w}" in names, (slo, w)
+        assert f"release_slo:ragmon_slo_error_budget_remaining:ratio{config['window']}" in names
+    spec = {"objective": 0.8, "releases": {"r9": 0.7}}
+    assert generate._objectives(spec) == [('release="r9"', 0.7), ('release!~"r9"', 0.8)]
