@@ -34,9 +34,17 @@ def _variables(cells: bool) -> list[dict[str, Any]]:
     for name, query in queries:
         found.append({"name": name, "type": "query", "datasource": DS, "refresh": 2,
                       "query": {"query": query, "refId": name}, "definition": query,
-                      "includeAll": True, "multi": True, "current": {"text": "All",
-                                                                      "value": "$__all"}})
+                      "includeAll": True, "multi": True, "current": DEFAULTS[name]})
     return found
+
+
+# What a dashboard opens with: one release (Grafana takes the first when `current` is
+# empty), its total (slices are one click away); All stays selectable for each.
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "release": {},
+    "dimension": {"text": "all", "value": "all"},
+    "value": {"text": "all", "value": "all"},
+}
 
 
 def _panel(title: str, targets: list[tuple[str, str]], kind: str = "timeseries",
@@ -83,8 +91,9 @@ def overview() -> dict[str, Any]:
     return _dashboard("ragmon-overview", "RAG decisions — overview", [
         _panel("Traffic by release", [(f"{by_release} (rate(ragmon_traces_total{{{TOTAL}}}{RATE}))",
                                        "{{release}}")], unit="reqps"),
-        _panel("Decision mix", [(f"sum by (decision) (rate(ragmon_traces_total{{{TOTAL}}}{RATE}))",
-                                 "{{decision}}")], stack=True),
+        _panel("Decision mix by release", [(
+            f"sum by (release, decision) (rate(ragmon_traces_total{{{TOTAL}}}{RATE}))",
+            "{{release}} {{decision}}")], stack=True),
         _panel("Answer coverage by release", [(
             f'{by_release} (rate(ragmon_traces_total{{{TOTAL},decision=~"answer|partial"}}{RATE}))'
             f" / {by_release} (rate(ragmon_traces_total{{{TOTAL}}}{RATE}))", "{{release}}")],
@@ -96,11 +105,21 @@ def overview() -> dict[str, Any]:
             "{{le}}")], kind="heatmap"),
         _panel("Gate leaks (incidents)", [(
             f"{by_release} (increase(ragmon_gate_leaks_total{{{TOTAL}}}{RATE}))", "{{release}}")]),
-        _panel("Latency p50 / p95", [
-            (f"histogram_quantile(0.5, sum by (le) (rate(ragmon_latency_seconds_bucket{{{TOTAL}}}"
-             f"{RATE})))", "p50"),
-            (f"histogram_quantile(0.95, sum by (le) (rate(ragmon_latency_seconds_bucket{{{TOTAL}}}"
-             f"{RATE})))", "p95")], unit="s"),
+        _panel("Latency p50 / p95 by release", [
+            (f"histogram_quantile(0.5, sum by (release, le) (rate(ragmon_latency_seconds_bucket"
+             f"{{{TOTAL}}}{RATE})))", "p50 {{release}}"),
+            (f"histogram_quantile(0.95, sum by (release, le) (rate(ragmon_latency_seconds_bucket"
+             f"{{{TOTAL}}}{RATE})))", "p95 {{release}}")], unit="s"),
+        _panel("critical_claim_unsupported rate by release (dashed: its reference)", [
+            (f'{by_release} (rate(ragmon_reasons_total{{{TOTAL},'
+             f'reason="critical_claim_unsupported"}}{RATE})) / {by_release} '
+             f"(rate(ragmon_traces_total{{{TOTAL}}}{RATE}))", "{{release}}"),
+            (f'max by (release) (ragmon_drift_reference_value{{{TOTAL},'
+             f'signal="critical_claim_unsupported_rate"}})', "reference {{release}}")],
+            unit="percentunit"),
+        _panel("User feedback by release", [(
+            f"sum by (release, score) (rate(ragmon_feedback_total{{{TOTAL}}}{RATE}))",
+            "{{release}} {{score}}")], unit="reqps"),
         _panel("Cost per request", [(
             f"{by_release} (rate(ragmon_request_cost_sum{{{TOTAL}}}{RATE})) / {by_release} "
             f"(rate(ragmon_request_cost_count{{{TOTAL}}}{RATE}))", "{{release}}")]),
@@ -181,6 +200,18 @@ def quality() -> dict[str, Any]:
             f'ragmon_requirements_total{{{CELL},outcome="complete"}}',
             f'ragmon_requirements_total{{{CELL},outcome="all"}}'),
             "{{release}} {{dimension}}={{value}}")], unit="percentunit"),
+        _panel("critical_claim_unsupported rate", [(share(
+            f'ragmon_reasons_total{{{CELL},reason="critical_claim_unsupported"}}',
+            f"ragmon_traces_total{{{CELL}}}"), "{{release}} {{dimension}}={{value}}")],
+            unit="percentunit"),
+        _panel("critical_claim_unsupported drift score (1 = alarm threshold)", [
+            (f'max by (release, dimension, value) (ragmon_drift_score{{{CELL},'
+             f'signal="critical_claim_unsupported_rate"}})',
+             "{{release}} {{dimension}}={{value}}"),
+            ("vector(1)", "threshold")]),
+        _panel("User feedback (up / down)", [(
+            f"sum by (release, dimension, value, score) (rate(ragmon_feedback_total{{{CELL}}}"
+            f"{RATE}))", "{{release}} {{dimension}}={{value}} {{score}}")], unit="reqps"),
         _panel("Top missing requirements (a slice shows its top 3)", [(
             f"topk(10, sum by (release, dimension, value, requirement) "
             f"(increase(ragmon_missing_requirements_total{{{CELL}}}{RATE})))",
@@ -219,12 +250,20 @@ def health() -> dict[str, Any]:
         _panel("Messages by outcome", [(
             f"sum by (outcome) (rate(ragmon_input_messages_total{RATE}))", "{{outcome}}")],
             unit="reqps"),
-        _panel("Rejected input by reason", [(
+        _panel("Rejected input by reason (each one dead-lettered)", [(
             f"sum by (reason) (rate(ragmon_rejected_total{RATE}))", "{{reason}}")],
             unit="reqps"),
-        _panel("Dead letters and worker errors", [
+        _panel("Dead letters, worker errors, state lost", [
             (f"sum(rate(ragmon_dlq_produced_total{RATE}))", "dead letters"),
-            (f"sum(rate(ragmon_worker_errors_total{RATE}))", "worker errors")]),
+            (f"sum(rate(ragmon_worker_errors_total{RATE}))", "worker errors"),
+            ("sum by (instance) (ragmon_state_lost_total)", "partitions whose state was lost "
+             "{{instance}}")]),
+        _panel("Label and feedback joins", [
+            (f"sum by (kind, outcome) (rate(ragmon_label_events_total{RATE}))",
+             "{{kind}} {{outcome}}"),
+            ("sum by (kind) (ragmon_label_events_waiting)", "{{kind}} waiting for the trace")]),
+        _panel("Drift streams by status (waiting for a threshold: insufficient_data)", [(
+            "sum by (release, status) (ragmon_drift_streams)", "{{release}} {{status}}")]),
         _panel("Batch time", [(
             f"sum by (instance) (rate(ragmon_batch_seconds_total{RATE})) / sum by (instance) "
             f"(rate(ragmon_batches_total{RATE}))", "{{instance}}")], unit="s"),
@@ -244,7 +283,29 @@ def health() -> dict[str, Any]:
     ], cells=False)
 
 
-DASHBOARDS = {"overview": overview, "drift": drift, "quality": quality, "health": health}
+def slo() -> dict[str, Any]:
+    """The quality SLOs of alerts/slo.yml, from the recording rules alerts/generate.py
+    makes: budget left over the window, burn rates over the alerts' windows."""
+    window = SLO_WINDOW
+    return _dashboard("ragmon-slo", "RAG decisions — quality SLOs", [
+        _panel(f"Error budget remaining ({window})", [(
+            f"release_slo:ragmon_slo_error_budget_remaining:ratio{window}{{{REL}}}",
+            "{{release}} {{slo}}")], unit="percentunit", width=24),
+        _panel("Burn rate, 1 h (pages above 14.4 with 5 min)", [(
+            f"release_slo:ragmon_slo_burn_rate:rate1h{{{REL}}}", "{{release}} {{slo}}")]),
+        _panel("Burn rate, 6 h (pages above 6 with 30 min)", [(
+            f"release_slo:ragmon_slo_burn_rate:rate6h{{{REL}}}", "{{release}} {{slo}}")]),
+        _panel("Burn rate, 1 d (tickets above 3 with 2 h)", [(
+            f"release_slo:ragmon_slo_burn_rate:rate1d{{{REL}}}", "{{release}} {{slo}}")]),
+        _panel("Error ratio, 1 h", [(
+            f"release_slo:ragmon_slo_errors:ratio_rate1h{{{REL}}}", "{{release}} {{slo}}")],
+            unit="percentunit"),
+    ], cells=False)
+
+
+SLO_WINDOW = "28d"  # alerts/slo.yml's window (tests/test_dashboards.py checks they agree)
+DASHBOARDS = {"overview": overview, "drift": drift, "quality": quality, "health": health,
+              "slo": slo}
 
 DATASOURCE = """\
 # Grafana datasource provisioning: the Prometheus that scrapes ragmon.
@@ -257,9 +318,11 @@ datasources:
     url: http://prometheus:9090
     isDefault: true
     jsonData:
+      # Exemplar trace ids link to your tracing datasource (Tempo, Jaeger, ...): Grafana
+      # expands the variable from its environment when it reads this file (README).
       exemplarTraceIdDestinations:
         - name: trace_id
-          datasourceUid: tempo
+          datasourceUid: ${GRAFANA_TRACES_DATASOURCE_UID}
 """
 PROVIDER = """\
 # Grafana dashboard provider: loads dashboards/*.json (mount this folder there).
