@@ -206,8 +206,8 @@ def _objectives(spec: dict[str, Any]) -> list[tuple[str, float]]:
     """(release matcher, objective): each release named in `releases`, then the rest."""
     named = spec.get("releases") or {}
     out = [(f'release="{r}"', float(o)) for r, o in sorted(named.items())]
-    rest = f',release!~"{"|".join(sorted(named))}"' if named else ""
-    return out + [(rest.lstrip(","), float(spec["objective"]))]
+    rest = f'release!~"{"|".join(sorted(named))}"' if named else ""
+    return [*out, (rest, float(spec["objective"]))]
 
 
 def _with(selector: str, matcher: str) -> str:
@@ -452,7 +452,8 @@ ALERTS: list[dict[str, Any]] = [
 _SLICE = 'release="r1",dimension="language",value="de"'
 
 
-def _stream(name: str, dimension: str, signal: str, direction: str, values: str) -> tuple[str, str]:
+def _stream(name: str, dimension: str, signal: str, direction: str,
+            values: str) -> tuple[str, str]:
     value = "all" if dimension == "all" else "de"
     dim = "all" if dimension == "all" else "language"
     return (f'{name}{{release="r1",dimension="{dim}",value="{value}",signal="{signal}",'
@@ -460,7 +461,8 @@ def _stream(name: str, dimension: str, signal: str, direction: str, values: str)
 
 
 def _drift_cases(alert: str, signal: str, direction: str, severity: str, what: str,
-                 impact: str = "", extra: tuple[tuple[str, str], ...] = ()) -> list[tuple[Any, ...]]:
+                 impact: str = "",
+                 extra: tuple[tuple[str, str], ...] = ()) -> list[tuple[Any, ...]]:
     """A release total and one slice (2.5x its threshold) in alarm from minute 2: the
     alert names the release and family, counts the slice and names it; before, silence."""
     family = next(a["labels"]["family"] for a in DRIFT_ALERTS if a["alert"] == alert)

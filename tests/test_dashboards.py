@@ -53,7 +53,7 @@ def test_every_metric_in_a_query_is_exported_or_recorded():
     exported = {m.removesuffix("_total") for m in METRICS}
     rules = load_script(DASHBOARDS.parent / "alerts" / "generate.py", "alerts_generate")
     recorded = {name for name, *_ in [*rules.RECORDING, *rules.slo_recording()]}
-    assert generate.SLO_WINDOW == rules.slo_config()["window"]
+    assert rules.slo_config()["window"] == generate.SLO_WINDOW
     for board in _boards():
         queries = [t["expr"] for p in board["panels"] for t in p["targets"]]
         queries += [v["definition"] for v in board["templating"]["list"] if "definition" in v]
