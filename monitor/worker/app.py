@@ -29,8 +29,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import suppress
 from functools import partial
 from typing import Any, TypeVar
 
@@ -193,7 +195,7 @@ class Worker:
         async def calibrate() -> None:
             started = time.perf_counter()
             try:
-                await asyncio.to_thread(self.drift.calibrate)
+                await _in_daemon_thread(self.drift.calibrate)
             except Exception:
                 log.exception("threshold calibration failed")
                 self.health.errors += 1
@@ -361,3 +363,32 @@ def credentials(settings: Settings) -> faust.auth.Credentials | None:
     if context is not None:
         return faust.SSLCredentials(context)
     return None
+
+
+def _in_daemon_thread(work: Callable[[], None]) -> asyncio.Future[None]:
+    """Run `work` in a daemon thread: a calibration (minutes of simulation at worst) never
+    holds up the worker's exit, as asyncio.to_thread's pool threads would (the
+    interpreter joins those); a threshold not yet calibrated is calibrated on restart."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle(error: BaseException | None) -> None:
+        if done.done():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(None)
+
+    def run() -> None:
+        error: BaseException | None = None
+        try:
+            work()
+        except BaseException as exc:  # handed to the awaiting task
+            error = exc
+        with suppress(RuntimeError):  # the loop closed meanwhile: the worker is stopping
+            loop.call_soon_threadsafe(settle, error)
+
+    threading.Thread(target=run, name="ragmon-calibration", daemon=True).start()
+    return done
+
