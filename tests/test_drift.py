@@ -254,3 +254,50 @@ def test_backtest_command_writes_one_json_line_per_alarm(tmp_path, capsys):
     assert source["trace_id"] == first["trace_id"]
     assert "alarms over 24000 traces" in capsys.readouterr().out
     assert main(["backtest", str(tmp_path / "missing.jsonl")]) == 2
+
+
+def test_the_arming_work_list_puts_unarmed_streams_first_and_releases_side_by_side():
+    """What a calibration pass does next (detect/arming.py): streams without any
+    threshold before thresholds a grown reference moves; within each, every release's
+    total, then slices round-robin across releases, busiest first; a stream whose family
+    has its threshold already is not in the list."""
+    from monitor.detect import arming
+    from monitor.detect.report import StreamKey
+
+    def key(release, dimension, value="x"):
+        return StreamKey(release, dimension, value if dimension else "", "top_score", "down")
+
+    family = det.Bernoulli(0.1, 1, n_ref=1000.0)
+    keys = [key("b", "language", "de"), key("a", ""), key("a", "language", "de"),
+            key("a", "language", "en"), key("b", ""), key("b", "source"), key("a", "risk")]
+    window_n = {k: n for k, n in zip(keys, (50, 900, 40, 80, 900, 10, 5), strict=True)}
+    detectors = {k: det.Detector(family, np.inf) for k in keys}
+    detectors[key("a", "language", "en")].threshold = 5.0  # armed: its reference grew
+    calibrated_for = {key("b", "source"): family}  # done for this very family
+    order = [k for k, _, _ in arming.to_calibrate(detectors, calibrated_for, window_n)]
+    assert order == [key("a", ""), key("b", ""), key("b", "language", "de"),
+                     key("a", "language", "de"), key("a", "risk"),
+                     key("a", "language", "en")]
+
+
+def test_a_calibration_pass_arms_every_stream_with_its_own_shape():
+    """A calibration pass leaves no stream without a threshold and every stream with the
+    threshold of its own family (shape included) once it returns."""
+    settings = load()
+    layout = from_settings(settings)
+    from monitor.aggregate.pipeline import Pipeline
+
+    sim = Simulator(seed=2, scenario="steady", rate=20.0, releases=("2026.11.3",))
+    acc = Accumulator("2026.11.3", layout)
+    for window in range(20):  # windows of 100 traces: small slices carry their shape
+        pipeline = Pipeline(settings)
+        pipeline.feed(sim.traces(100))
+        acc.add(window * 10, pipeline.merged(), set())
+    drift = Drift(layout, DriftConfig(window_seconds=10.0), calibrate_inline=False)
+    drift.install(acc.freeze(0.0))
+    shaped = [k for k, d in drift.detectors.items() if getattr(d.family, "atoms", None)]
+    assert shaped and not drift.calibrated
+    drift.calibrate()
+    assert drift.calibrated
+    assert all(np.isfinite(d.threshold) for d in drift.detectors.values())
+    assert all(drift.calibrated_for[k] is d.family for k, d in drift.detectors.items())
