@@ -345,7 +345,7 @@ ALERTS: list[dict[str, Any]] = [
             "description": "{{ $value }} drift stream(s) of release {{ $labels.release }} "
                            f"have waited more than {UNARMED_FOR} for their thresholds: they "
                            "cannot alarm. Calibration is behind (CPU) or failing "
-                           "(ragmon_errors_total, the worker log).",
+                           "(ragmon_worker_errors_total, the worker log).",
         },
     },
     {
