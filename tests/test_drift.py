@@ -283,7 +283,7 @@ def test_the_arming_work_list_puts_unarmed_streams_first_and_releases_side_by_si
 def test_a_calibration_pass_arms_every_stream_with_its_own_shape():
     """A calibration pass leaves no stream without a threshold and every stream with the
     threshold of its own family (shape included) once it returns."""
-    settings = load()
+    settings = load(slice_dimensions="language")  # few slices: few shapes to simulate
     layout = from_settings(settings)
     from monitor.aggregate.pipeline import Pipeline
 
