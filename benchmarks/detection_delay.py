@@ -50,6 +50,7 @@ from scipy import special, stats
 
 from monitor.detect import detectors as det
 from monitor.detect.growth import Growth
+from monitor.detect.thresholds import run_lengths
 from monitor.detect.thresholds import threshold as ragmon_threshold
 
 W = 20
@@ -145,6 +146,38 @@ def ragmon(kind: str, sign: int, limit: int) -> Callable[[np.ndarray], Step]:
                 d.threshold = ragmon_threshold(d.family, W, ARL0 / W)
             return alarm
         return step
+    return make
+
+
+@dataclass(frozen=True)
+class _OneSampleShare(det.Bernoulli):
+    """A share's GLR with the reference's share taken as known (one sample), while its
+    `sample` still draws the true share from the reference's uncertainty: simulated with
+    it, a threshold holds the budget averaged over what the reference could have been."""
+
+    def glr(self, n: np.ndarray, t: np.ndarray) -> np.ndarray:
+        return det.Bernoulli(self.p, self.sign).glr(n, t)
+
+
+def ragmon_onesample(sign: int) -> Callable[[np.ndarray], Step]:
+    """Issue #23's measured idea (rates only; not the product): a one-sample GLR on the
+    2,000-trace reference's share, its threshold simulated over the reference's
+    uncertainty (thresholds.run_lengths; keyed by the share to 3 decimals)."""
+    cache: dict[float, float] = {}
+
+    def make(ref: np.ndarray) -> Step:
+        n = float(len(ref))
+        p = round((float(ref.sum()) + 0.5) / (n + 1.0), 3)
+        if p not in cache:
+            hs, arls, alarms = run_lengths(_OneSampleShare(p, sign, n), W, 3000, draws=40)
+            ok = alarms >= 40
+            log_arls = np.log(np.maximum.accumulate(arls[ok]))
+            slope = float(np.clip(np.polyfit(hs[ok][-8:], log_arls[-8:], 1)[0], 0.5, 1.5))
+            target = math.log(ARL0 / W)
+            cache[p] = (float(np.interp(target, log_arls, hs[ok])) if target <= log_arls[-1]
+                        else float(hs[ok][-1] + (target - log_arls[-1]) / slope))
+        d = det.Detector(_OneSampleShare(p, sign, n), cache[p])
+        return lambda x: d.update(len(x), [x.sum()]).alarm
     return make
 
 
@@ -329,11 +362,15 @@ def main(argv: list[str] | None = None) -> int:
         for method in methods:
             if method == "oracle_ref" and kind == "spread":
                 continue  # defined for rates and location shifts only
-            ref_n = (args.reference_traces if method in ("ragmon", "oracle_ref")
-                     else REF_WINDOWED)
+            if method == "ragmon_onesample" and kind != "rate":
+                continue  # measured for shares only
+            ref_n = (args.reference_traces
+                     if method in ("ragmon", "oracle_ref", "ragmon_onesample") else REF_WINDOWED)
             key = (method, f"{pre}", sign if kind != "spread" else 2)
             if method == "ragmon":
                 make = ragmon(kind, sign, args.reference_max_traces)
+            elif method == "ragmon_onesample":
+                make = ragmon_onesample(sign)
             elif method == "oracle":
                 h = calibrate(partial(oracle, pre, post), pre, ref_n, 0.1, 20.0, rng,
                               traces=cal_traces)
@@ -358,14 +395,14 @@ def main(argv: list[str] | None = None) -> int:
                               log=True, traces=cal_traces)
                 make = baselines[key] = page_hinkley(sign, h)
             arl, alarms = measured_arl0(make, pre, ref_n, arl_traces, rng)
-            runs = (args.runs if method in ("ragmon", "oracle", "oracle_ref")
+            runs = (args.runs if method in ("ragmon", "oracle", "oracle_ref", "ragmon_onesample")
                     else args.runs_baselines or args.runs)
             median, early = delays(make, pre, post, ref_n, runs, rng, args.pre)
             row[method] = {"median_delay": median, "runs": runs, "measured_arl0": round(arl),
                            "false_alarms_measured": alarms, "false_alarms_before_change": early}
             print(f"{name:40s} {method:9s} delay {median:8.1f}  ARL0 {arl:9.0f} "
                   f"({alarms} alarms)  early {early}", flush=True)
-        for method in ("ragmon", "oracle_ref"):
+        for method in ("ragmon", "oracle_ref", "ragmon_onesample"):
             if method in row and "oracle" in row:
                 r, o = row[method], row["oracle"]
                 assert isinstance(r, dict) and isinstance(o, dict)
