@@ -1,9 +1,11 @@
-"""End to end on loopback with real processes: embedded broker, `ragmon worker`, Prometheus
-(1 s scrapes, ragmon's rules) and Alertmanager posting to a webhook in this test.
+"""End to end on loopback with real processes: broker, `ragmon worker`, Prometheus (1 s
+scrapes, ragmon's rules) and Alertmanager with the shipped example configuration, its
+receivers posting to a webhook in this test.
 
-A steady phase raises nothing but the watchdog; an embedding shift then makes
-RagmonRetrievalScoreDrift arrive at the webhook with release and slice labels; every
-panel query of every dashboard returns data from that Prometheus.
+A steady phase raises nothing but the watchdog; an embedding shift then pages once per
+release (one pager group each, RagmonRetrievalScoreDrift among it, per release and
+family: no slice labels), tickets hold one alert each and the retrieval drift's symptoms
+are inhibited; every panel query of every dashboard returns data from that Prometheus.
 """
 
 from __future__ import annotations
