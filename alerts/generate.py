@@ -2,8 +2,10 @@
 
     python alerts/generate.py   # rewrites the rules, their promtool tests and Grafana's copy
 
-The committed file must equal this script's output (tests/test_alerts.py), and every
-metric an expression uses must be one `monitor.export.collector.METRICS` declares.
+Drift alerts are per (release, family) with their slices in the description; the
+quality SLOs come from `alerts/slo.yml`. The committed file must equal this script's
+output (tests/test_alerts.py), and every metric an expression uses must be one
+`monitor.export.collector.METRICS` declares or a rule here records.
 """
 
 from __future__ import annotations
