@@ -126,27 +126,32 @@ def _drift(name: str, family: str, severity: str, summary: str, what: str,
     }
 
 
-_FELL = f"; answer coverage fell {_DROP} points (pages over {COVERAGE_PAGE_POINTS})"
+def _by_impact(name: str, family: str, impact: str, paged: tuple[str, str, str],
+               ticketed: tuple[str, str]) -> list[dict[str, Any]]:
+    """One alert of two severities, as two complementary rules: critical where `impact`
+    holds on the release (paged: summary, what, what the description adds), warning
+    where it does not (ticketed: summary, what)."""
+    total = _in_alarm(family)
+    return [_drift(name, family, "critical", paged[0], paged[1],
+                   f"{total}\nand on (release) {impact}", paged[2]),
+            _drift(name, family, "warning", *ticketed, f"{total}\nunless on (release) {impact}")]
+
+
 DRIFT_ALERTS: list[dict[str, Any]] = [
-    _drift("RagmonRetrievalScoreDrift", "retrieval_score", "critical",
-           "Retrieval scores drifted and users feel it",
-           "The retrieval score distribution changed",
-           f"{_in_alarm('retrieval_score')}\nand on (release) {RETRIEVAL_IMPACT}",
-           "; answer coverage fell by up to " + _DROP + " points or the "
-           "critical_claim_unsupported rate rose"),
-    _drift("RagmonRetrievalScoreDrift", "retrieval_score", "warning",
-           "Retrieval scores drifted from the reference",
-           "The retrieval score distribution changed",
-           f"{_in_alarm('retrieval_score')}\nunless on (release) {RETRIEVAL_IMPACT}"),
+    *_by_impact("RagmonRetrievalScoreDrift", "retrieval_score", RETRIEVAL_IMPACT,
+                ("Retrieval scores drifted and users feel it",
+                 "The retrieval score distribution changed",
+                 "; answer coverage fell by up to " + _DROP + " points or the "
+                 "critical_claim_unsupported rate rose"),
+                ("Retrieval scores drifted from the reference",
+                 "The retrieval score distribution changed")),
     _drift("RagmonCriticalClaimUnsupportedRising", "critical_claim_unsupported", "critical",
            "More answers abstain for an unsupported critical claim",
            "The critical_claim_unsupported rate rose"),
-    _drift("RagmonAnswerCoverageChange", "answer_coverage", "critical",
-           "Answer coverage fell sharply", "The share of answered requests fell",
-           f"{_in_alarm('answer_coverage')}\nand on (release) {COVERAGE_FALL}", _FELL),
-    _drift("RagmonAnswerCoverageChange", "answer_coverage", "warning",
-           "Answer coverage changed", "The share of answered requests changed",
-           f"{_in_alarm('answer_coverage')}\nunless on (release) {COVERAGE_FALL}"),
+    *_by_impact("RagmonAnswerCoverageChange", "answer_coverage", COVERAGE_FALL,
+                ("Answer coverage fell sharply", "The share of answered requests fell",
+                 f"; answer coverage fell {_DROP} points (pages over {COVERAGE_PAGE_POINTS})"),
+                ("Answer coverage changed", "The share of answered requests changed")),
     _drift("RagmonReasonMixChange", "reason_mix", "warning",
            "The mix of abstention reasons changed", "The abstention reason mix changed"),
     _drift("RagmonGateSignalDrift", "gate_signal", "info",

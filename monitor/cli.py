@@ -167,19 +167,14 @@ def _config_everywhere(parser: argparse.ArgumentParser) -> None:
 
 def positive(value: str) -> float:
     """An argparse type: a finite number above 0."""
-    number = _number(value)
-    if not number > 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, not {value}")
-    return number
-
-
-def _number(value: str) -> float:
     try:
         number = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
     if not math.isfinite(number):
         raise argparse.ArgumentTypeError(f"must be finite, not {value}")
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {value}")
     return number
 
 

