@@ -6,8 +6,10 @@ see every trace). Each method is calibrated to ARL0 = 10,000 traces per stream, 
 that ARL0 is then *measured* on fresh stationary streams (false alarms per trace,
 reset after each alarm), so delays compare at equal false-alarm rates.
 
-- ragmon: `detectors.location/spread/rate` with the reference frozen from the first
-  2,000 traces of each stream (its default), threshold from `thresholds.threshold`
+- ragmon: the product's streams (`monitor.detect.streams`: scores binned as the worker
+  bins them and read as normal scores of the reference; shares as event counts) with the
+  reference frozen from the first 2,000 traces of each stream (its default), threshold
+  from `thresholds.threshold`
   (the product's own calibration: no tuning on this benchmark); after the freeze the
   reference grows by the product's policy (`monitor.detect.growth`: alarm-free blocks of 2,000
   traces join one block late, up to `--reference-max-traces`, default 20,000 as the
@@ -44,12 +46,14 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import cells
 import numpy as np
 from river import drift as river_drift
 from scipy import special, stats
 
 from monitor.detect import detectors as det
 from monitor.detect.growth import Growth
+from monitor.detect.streams import with_shape
 from monitor.detect.thresholds import run_lengths
 from monitor.detect.thresholds import threshold as ragmon_threshold
 
@@ -60,6 +64,7 @@ REF_WINDOWED = 1_000
 WINDOW_TEST = 500
 PRE = 1_000  # traces between the reference and the change (default)
 GROWTH_LIMIT = 20_000  # ragmon's `reference_max_traces` default
+LAYOUT = cells.layout()
 
 
 # ---- scenarios ---------------------------------------------------------------------------
@@ -116,33 +121,36 @@ Step = Callable[[np.ndarray], bool]
 
 
 def ragmon(kind: str, sign: int, limit: int) -> Callable[[np.ndarray], Step]:
-    """ragmon's detector; after the freeze its reference grows by the product's policy
+    """ragmon's detector as the worker runs it: the stream spec's null model and window
+    reading (a score's traces binned into the layout's histogram and read as normal scores
+    of the reference; `monitor.detect.streams`), with the shape its threshold is calibrated
+    on (`with_shape`); after the freeze the reference grows by the product's policy
     (`monitor.detect.growth`, blocks of the reference's own size) up to `limit` traces."""
-    def family_of(ref: np.ndarray) -> det.Family:
-        n = float(len(ref))
-        if kind == "rate":
-            return det.rate(n, float(ref.sum()), sign)
-        mean, var = float(ref.mean()), float(ref.var())
-        if kind == "location":
-            return det.location(n, mean, var, sign)
-        return det.spread(n, var, float(((ref - mean) ** 4).mean()), sign)
+    if kind == "rate":
+        signal = "critical_claim_unsupported_rate" if sign > 0 else "answer_coverage"
+    else:
+        signal = "top_score" if kind == "location" else "top_score_spread"
+    spec = cells.spec(LAYOUT, signal, "up" if sign > 0 else "down")
+    cell_signal = signal.removesuffix("_spread")
+
+    def family_of(ref: np.ndarray, armed: det.Family | None) -> det.Family:
+        built = spec.build(cells.cell_of(LAYOUT, cell_signal, ref), armed)
+        assert built is not None
+        return with_shape(built[0], W, armed)
 
     def make(ref: np.ndarray) -> Step:
-        family = family_of(ref)
+        family = family_of(ref, None)
         d = det.Detector(family, ragmon_threshold(family, W, ARL0 / W))
         growth: Growth[list[np.ndarray]] = Growth(len(ref), len(ref), limit, list)
         values = [ref]
 
         def step(x: np.ndarray) -> bool:
-            if kind == "spread":
-                alarm = d.update(*_spread_window(x)).alarm
-            else:
-                alarm = d.update(len(x), [x.sum()]).alarm
+            alarm = d.update(*spec.window(cells.cell_of(LAYOUT, cell_signal, x), d.family)).alarm
             growth.block.append(x)
             ready = growth.observe(len(x), alarm)
             if ready:
                 values.extend(ready)
-                d.family = family_of(np.concatenate(values))
+                d.family = family_of(np.concatenate(values), d.family)
                 d.threshold = ragmon_threshold(d.family, W, ARL0 / W)
             return alarm
         return step
@@ -155,7 +163,7 @@ class _OneSampleShare(det.Bernoulli):
     `sample` still draws the true share from the reference's uncertainty: simulated with
     it, a threshold holds the budget averaged over what the reference could have been."""
 
-    def glr(self, n: np.ndarray, t: np.ndarray) -> np.ndarray:
+    def glr(self, n: np.ndarray, t: np.ndarray, base: det.Base = None) -> np.ndarray:
         return det.Bernoulli(self.p, self.sign).glr(n, t)
 
 
@@ -179,11 +187,6 @@ def ragmon_onesample(sign: int) -> Callable[[np.ndarray], Step]:
         d = det.Detector(_OneSampleShare(p, sign, n), cache[p])
         return lambda x: d.update(len(x), [x.sum()]).alarm
     return make
-
-
-def _spread_window(x: np.ndarray) -> tuple[float, list[float]]:
-    dof, squares = det.spread_sum(len(x), x.sum(), (x * x).sum())
-    return dof, [squares]
 
 
 def _cusum(llr: Callable[[np.ndarray], float], h: float) -> Step:

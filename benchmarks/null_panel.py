@@ -34,14 +34,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import cells
 import numpy as np
 
-from monitor.aggregate.layout import Layout, from_settings
+from monitor.aggregate.layout import Layout
 from monitor.aggregate.table import Cell
 from monitor.detect import detectors as det
-from monitor.detect.streams import Spec, stream_specs
+from monitor.detect.streams import Spec, stream_specs, with_shape
 from monitor.detect.thresholds import threshold
-from monitor.settings import Settings, SignalRange
 
 REF = 2_000
 Draw = Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]
@@ -89,31 +89,9 @@ SHAPES = [
 ]
 
 
-def layout() -> Layout:
-    signals = {"top_score": SignalRange(), "latency_like": SignalRange(lo=0.0, hi=20.0)}
-    return from_settings(Settings(signals=signals))
-
-
 def cell_of(lay: Layout, shape: Shape, values: np.ndarray) -> Cell:
     """A cell holding `values` as the worker's fold would (histogram, count, sums)."""
-    counts = np.zeros(lay.n_counts, np.int64)
-    sums = np.zeros(lay.n_sums)
-    c = lay.counts
-    counts[c["traces"]] = len(values)
-    if shape.kind == "rate":
-        events = int(values.sum())
-        if shape.signal == "answer_coverage":
-            counts[c["decision_answer"]] = events
-            counts[c["decision_abstain"]] = len(values) - events
-        else:
-            counts[lay.reason_column("critical_claim_unsupported")] = events
-        return Cell(counts, sums, {})
-    hist = lay.histograms[shape.signal]
-    np.add.at(counts, hist.columns(values), 1)
-    counts[hist.count_col] = len(values)
-    sums[hist.sum_col] = float(values.sum())
-    sums[hist.sum_col + 1] = float((values * values).sum())
-    return Cell(counts, sums, {})
+    return cells.cell_of(lay, shape.signal, values)
 
 
 def window_sizes(shape: Shape, window: int, steps: int) -> np.ndarray:
@@ -124,9 +102,11 @@ def window_sizes(shape: Shape, window: int, steps: int) -> np.ndarray:
     return np.maximum(1, np.round(window * swing)).astype(np.int64)
 
 
-def null_windows(shape: Shape, spec: Spec, sizes: np.ndarray, chains: int,
-                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """(n, t) of `chains` streams of stationary windows of the true law: n (C, L), t (C, L, 1)."""
+def null_windows(shape: Shape, spec: Spec, family: det.Family, lay: Layout, sizes: np.ndarray,
+                 chains: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(n, t) of `chains` streams of stationary windows of the true law: n (C, L), t (C, L, 1).
+    A signal's traces are read as the stream reads a window's histogram (its bins'
+    scores, `family.scores`), vectorised."""
     steps = len(sizes)
     if shape.kind == "rate":
         k = rng.binomial(np.broadcast_to(sizes, (chains, steps)), shape.p).astype(np.float64)
@@ -134,6 +114,8 @@ def null_windows(shape: Shape, spec: Spec, sizes: np.ndarray, chains: int,
     assert shape.draw is not None
     width = int(sizes.max())
     x = shape.draw(rng, (chains, steps, width))
+    hist = lay.histograms[shape.signal]
+    x = np.asarray(family.scores)[hist.columns(x) - hist.offset]
     mask = np.arange(width)[None, None, :] < sizes[None, :, None]
     x = np.where(mask, x, 0.0)
     total, squares = x.sum(axis=2), (x * x).sum(axis=2)
@@ -162,11 +144,11 @@ def measured(shape: Shape, spec: Spec, lay: Layout, window: int, budget: float,
         if built is None:
             none += 1
             continue
-        family, _ = built
         sizes = window_sizes(shape, window, steps)
+        family = with_shape(built[0], float(sizes.mean()), None)
         h = threshold(family, float(sizes.mean()), budget)
         thresholds.append(h)
-        n, t = null_windows(shape, spec, sizes, chains, rng)
+        n, t = null_windows(shape, spec, family, lay, sizes, chains, rng)
         peaks = np.maximum.accumulate(det.glr_scan(family, n, t), axis=1)
         passage = (peaks <= h).sum(axis=1)
         alarmed = passage < steps
@@ -190,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args(argv)
     rng = np.random.default_rng(args.seed)
-    lay = layout()
+    lay = cells.layout()
     specs = stream_specs(lay)
     budgets = [float(b) for b in args.budgets.split(",")]
     only = set(args.only.split(",")) if args.only else None

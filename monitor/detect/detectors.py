@@ -12,7 +12,11 @@ best-fitting alternative" versus "they follow theta0":
 
 The reference is itself a sample (`n_ref` traces): with it, each G is the two-sample
 GLR (windows since k vs reference, pooled under the null), so a small reference makes
-the detector humbler instead of making every long stretch look like a change.
+the detector humbler instead of making every long stretch look like a change. The
+windows the detector holds from before k are more of the null and join the reference
+side (`base`): right after a freeze the reference is then its traces plus what followed
+(benchmarks/RESULTS.md: a few per cent faster on slow changes; the longest lag, all held
+against the reference alone, still catches a drift that crept in).
 
 Why GLR and not a CUSUM with one designed shift: a CUSUM is optimal for the shift it
 was built for and slow for the others; the GLR estimates the shift size from the data
@@ -43,8 +47,9 @@ import numpy as np
 from scipy import special
 
 __all__ = [
-    "LAGS", "Atoms", "Bernoulli", "Detector", "Family", "GammaScale", "GaussMean", "Multinomial",
-    "Update", "glr_scan", "location", "rate", "spread", "spread_sum",
+    "LAGS", "Atoms", "Base", "Bernoulli", "Detector", "Family", "GammaScale", "GaussMean",
+    "Multinomial", "Scores", "Update", "glr_scan", "location", "normal_scores", "rate", "spread",
+    "spread_sum",
 ]
 
 # Candidate change points, in windows back from the newest: a geometric grid loses little
@@ -62,6 +67,10 @@ _RATIO_FLOOR: Final = 1e-2
 # A reference's own distribution, standardised: ((value, weight), ...) with weighted mean
 # 0 and variance 1 (`streams` makes it from a histogram; `empirical` simulates from it).
 Atoms = tuple[tuple[float, float], ...]
+# The windows a detector holds before a candidate change point: (cumulative n, t).
+Base = tuple[np.ndarray, np.ndarray] | None
+# A value per histogram bin (under- and overflow included) that a trace in it is read as.
+Scores = tuple[float, ...]
 
 
 class Family(Protocol):
@@ -79,8 +88,10 @@ class Family(Protocol):
 
     def __hash__(self) -> int: ...
 
-    def glr(self, n: np.ndarray, t: np.ndarray) -> np.ndarray:
-        """G for cumulative counts `n` (shape S) and statistics `t` (shape S + (width,))."""
+    def glr(self, n: np.ndarray, t: np.ndarray, base: Base = None) -> np.ndarray:
+        """G for cumulative counts `n` (shape S) and statistics `t` (shape S + (width,)) of
+        the windows since each candidate change point; `base`, (n, t) of the same shapes,
+        the windows held before it, which join the reference as more of the null."""
         ...
 
     def sample(self, rng: np.random.Generator, n: np.ndarray, draws: int,
@@ -102,11 +113,17 @@ class GaussMean:
     n_ref: float = float("inf")
     width: int = 1
     atoms: Atoms | None = None  # the reference's shape, for calibration only
+    scores: Scores = ()  # for callers: what each histogram bin's traces are read as
 
-    def glr(self, n: np.ndarray, t: np.ndarray) -> np.ndarray:
-        excess = np.maximum(self.sign * (t[..., 0] - n * self.mean), 0.0)
+    def glr(self, n: np.ndarray, t: np.ndarray, base: Base = None) -> np.ndarray:
+        n0: float | np.ndarray = self.n_ref
+        mean: float | np.ndarray = self.mean
+        if base is not None and math.isfinite(self.n_ref):  # the windows held before join
+            n0 = n0 + base[0]
+            mean = (self.n_ref * self.mean + base[1][..., 0]) / n0
+        excess = np.maximum(self.sign * (t[..., 0] - n * mean), 0.0)
         nn = np.maximum(n, _TINY)
-        return np.asarray(excess * excess / (2.0 * self.var * nn * (1.0 + nn / self.n_ref)))
+        return np.asarray(excess * excess / (2.0 * self.var * nn * (1.0 + nn / n0)))
 
     def sample(self, rng: np.random.Generator, n: np.ndarray, draws: int,
                repeat: int = 1) -> np.ndarray:
@@ -132,16 +149,22 @@ class GammaScale:
     n_ref: float = float("inf")
     width: int = 1
     atoms: Atoms | None = None  # the reference's shape, for calibration only
+    scores: Scores = ()  # for callers: what each histogram bin's traces are read as
 
-    def glr(self, n: np.ndarray, t: np.ndarray) -> np.ndarray:
+    def glr(self, n: np.ndarray, t: np.ndarray, base: Base = None) -> np.ndarray:
         nn = np.maximum(n, _TINY)
         r = np.maximum(t[..., 0] / (nn * self.mean), _RATIO_FLOOR)
-        if math.isfinite(self.n_ref):  # two samples: the windows and the reference
-            pooled = (r * nn + self.n_ref) / (nn + self.n_ref)
-            g = self.shape * (nn * np.log(pooled / r) + self.n_ref * np.log(pooled))
-        else:
+        if not math.isfinite(self.n_ref):
             g = self.shape * nn * (r - 1.0 - np.log(r))
-        return np.where(self.sign * (r - 1.0) > 0, g, 0.0)
+            return np.where(self.sign * (r - 1.0) > 0, g, 0.0)
+        n0: float | np.ndarray = self.n_ref  # two samples: the windows and the reference
+        r0: float | np.ndarray = 1.0
+        if base is not None:  # the windows held before join the reference
+            n0 = n0 + base[0]
+            r0 = (self.n_ref + base[1][..., 0] / self.mean) / n0
+        pooled = (r * nn + r0 * n0) / (nn + n0)
+        g = self.shape * (nn * np.log(pooled / r) + n0 * np.log(pooled / r0))
+        return np.where(self.sign * (r - r0) > 0, g, 0.0)
 
     def sample(self, rng: np.random.Generator, n: np.ndarray, draws: int,
                repeat: int = 1) -> np.ndarray:
@@ -164,20 +187,23 @@ class Bernoulli:
     n_ref: float = float("inf")
     width: int = 1
 
-    def glr(self, n: np.ndarray, t: np.ndarray) -> np.ndarray:
+    def glr(self, n: np.ndarray, t: np.ndarray, base: Base = None) -> np.ndarray:
         k = t[..., 0]
         nn = np.maximum(n, _TINY)
         phat = k / nn
-        if math.isfinite(self.n_ref):  # two samples: the windows and the reference
-            k0, n0 = self.p * self.n_ref, self.n_ref
-            pooled = (k + k0) / (nn + n0)
-            with np.errstate(divide="ignore", invalid="ignore"):  # 0/0 where pooled is 0 or 1
-                g = (_xlogy(k, phat / pooled) + _xlogy(n - k, (1.0 - phat) / (1.0 - pooled))
-                     + _xlogy(k0, self.p / pooled)
-                     + _xlogy(n0 - k0, (1.0 - self.p) / (1.0 - pooled)))
-        else:
+        if not math.isfinite(self.n_ref):
             g = _xlogy(k, phat / self.p) + _xlogy(n - k, (1.0 - phat) / (1.0 - self.p))
-        return np.where(self.sign * (phat - self.p) > 0, g, 0.0)
+            return np.where(self.sign * (phat - self.p) > 0, g, 0.0)
+        k0: float | np.ndarray = self.p * self.n_ref  # two samples: windows and reference
+        n0: float | np.ndarray = self.n_ref
+        if base is not None:  # the windows held before join the reference
+            k0, n0 = k0 + base[1][..., 0], n0 + base[0]
+        p0 = k0 / n0
+        pooled = (k + k0) / (nn + n0)
+        with np.errstate(divide="ignore", invalid="ignore"):  # 0/0 where pooled is 0 or 1
+            g = (_xlogy(k, phat / pooled) + _xlogy(n - k, (1.0 - phat) / (1.0 - pooled))
+                 + _xlogy(k0, p0 / pooled) + _xlogy(n0 - k0, (1.0 - p0) / (1.0 - pooled)))
+        return np.where(self.sign * (phat - p0) > 0, g, 0.0)
 
     def sample(self, rng: np.random.Generator, n: np.ndarray, draws: int,
                repeat: int = 1) -> np.ndarray:
@@ -202,14 +228,19 @@ class Multinomial:
     def width(self) -> int:
         return len(self.p)
 
-    def glr(self, n: np.ndarray, t: np.ndarray) -> np.ndarray:
+    def glr(self, n: np.ndarray, t: np.ndarray, base: Base = None) -> np.ndarray:
         p = np.asarray(self.p)
         nn = np.maximum(n, _TINY)[..., None]
         if not math.isfinite(self.n_ref):
             return np.asarray(_xlogy(t, t / (nn * p)).sum(axis=-1))
-        k0 = p * self.n_ref  # two samples: the windows and the reference
-        pooled = (t + k0) / (nn + self.n_ref)
-        return np.asarray((_xlogy(t, t / (nn * pooled)) + _xlogy(k0, p / pooled)).sum(axis=-1))
+        k0 = p * self.n_ref  # two samples: the windows and the reference (+ base)
+        n0 = np.asarray(self.n_ref, np.float64)
+        if base is not None:
+            k0, n0 = k0 + base[1], n0 + base[0]
+        n0 = np.asarray(n0)[..., None]
+        pooled = (t + k0) / (nn + n0)
+        return np.asarray((_xlogy(t, t / (nn * pooled)) + _xlogy(k0, k0 / (n0 * pooled)))
+                          .sum(axis=-1))
 
     def sample(self, rng: np.random.Generator, n: np.ndarray, draws: int,
                repeat: int = 1) -> np.ndarray:
@@ -233,19 +264,27 @@ def _strata(rng: np.random.Generator, draws: int) -> np.ndarray:
 
 
 def location(n_ref: float, mean: float, var: float, sign: int,
-             atoms: Atoms | None = None) -> GaussMean:
+             atoms: Atoms | None = None, scores: Scores = ()) -> GaussMean:
     """Location shift of a signal (window statistic: the sum of its values)."""
-    return GaussMean(mean, max(var, 1e-12), sign, n_ref, atoms=atoms)
+    return GaussMean(mean, max(var, 1e-12), sign, n_ref, atoms=atoms, scores=scores)
 
 
 def spread(n_ref: float, var: float, m4: float, sign: int,
-           atoms: Atoms | None = None) -> GammaScale:
+           atoms: Atoms | None = None, scores: Scores = ()) -> GammaScale:
     """Change of spread: y = (x - mean)^2 has mean `var` and variance m4 - var^2 (from the
     reference, so a non-Gaussian shape is not mistaken for a change). Windows enter
     as `spread_sum`."""
     var = max(var, 1e-12)
     shape = var * var / max(m4 - var * var, 1e-3 * var * var)
-    return GammaScale(var, shape, sign, n_ref, atoms=atoms)
+    return GammaScale(var, shape, sign, n_ref, atoms=atoms, scores=scores)
+
+
+def normal_scores(bins: np.ndarray) -> Scores:
+    """Phi^-1 of each bin's mid-rank among counts `bins` (half a count of smoothing at
+    either end: a bin with no count reads as just beyond the extremes), to 1e-4."""
+    below = np.cumsum(bins) - bins
+    mid = (below + bins / 2.0 + 0.5) / (float(np.sum(bins)) + 1.0)
+    return tuple(round(float(x), 4) for x in special.ndtri(mid))
 
 
 def spread_sum(n: float, total: float, sum_squares: float) -> tuple[float, float]:
@@ -285,10 +324,12 @@ def glr_scan(family: Family, n: np.ndarray, t: np.ndarray, lags: np.ndarray = LA
     pn = np.concatenate([np.zeros((chains, 1)), np.cumsum(n, axis=1)], axis=1)
     pt = np.concatenate([np.zeros((chains, 1, t.shape[2])), np.cumsum(t, axis=1)], axis=1)
     end = np.arange(1, steps + 1)
+    held = np.maximum(end - int(LAGS[-1]), 0)  # the oldest window a `Detector` still holds
     best = np.zeros((chains, steps))
     for lag in lags:
         start = np.maximum(end - lag, 0)
-        g = family.glr(pn[:, end] - pn[:, start], pt[:, end] - pt[:, start])
+        base = (pn[:, start] - pn[:, held], pt[:, start] - pt[:, held])
+        g = family.glr(pn[:, end] - pn[:, start], pt[:, end] - pt[:, start], base)
         np.maximum(best, g, out=best)
         if lag >= steps:
             break
@@ -338,7 +379,8 @@ class Detector:
         ct = np.cumsum(self._t[order], axis=0)
         # The grid's lags that fit, and everything held (as `glr_scan` cuts at the start).
         lags = np.append(LAGS[self.filled > LAGS], self.filled) - 1
-        g = self.family.glr(cn[lags], ct[lags])
+        base = (cn[-1] - cn[lags], ct[-1] - ct[lags])
+        g = self.family.glr(cn[lags], ct[lags], base)
         best = int(np.argmax(g))
         statistic = float(g[best])
         alarm = statistic > self.threshold

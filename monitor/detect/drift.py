@@ -128,16 +128,16 @@ class Drift:
         for spec in self.specs:
             for dimension, value in cells:
                 cell = reference.cell(dimension, value)
-                built = None if cell is None else spec.build(cell)
+                key = StreamKey(reference.release, dimension, value, spec.signal,
+                                spec.direction)
+                detector = self.detectors.get(key)
+                armed = None if detector is None else detector.family
+                built = None if cell is None else spec.build(cell, armed)
                 if built is None or built[1] < self.config.min_reference_traces:
                     continue
                 family, n_ref = built
                 window_n = n_ref / reference.windows
-                key = StreamKey(reference.release, dimension, value, spec.signal,
-                                spec.direction)
-                detector = self.detectors.get(key)
-                family = with_shape(family, window_n,
-                                    None if detector is None else detector.family)
+                family = with_shape(family, window_n, armed)
                 if detector is not None and detector.family.width == family.width:
                     detector.family = family
                 else:

@@ -1,12 +1,14 @@
 """The streams of a cell and how each reads it: which (signal, direction) pairs exist,
 how a stream's null model comes from a reference cell, and what a window contributes.
 
-Every continuous signal gets a location stream (window sums; Gaussian GLR) and a spread
-stream (within-window sums of squares; Gamma-scale GLR) in both directions, each carrying
-its reference's shape (`shape_of`) for calibration; shares are Bernoulli streams (none in
-a direction a degenerate reference cannot move); the abstention reasons one multinomial
-stream. `distances` explains a
-drift (KS, PSI, Wasserstein between histograms) without deciding it.
+Every continuous signal gets a location stream (window sums of its traces' normal scores
+in the reference, `normal_scores`; Gaussian GLR) and a spread stream (within-window sums
+of squared scores; Gamma-scale GLR) in both directions, each carrying the shape of its
+reference's scores (`shape_of`) for calibration; shares are Bernoulli streams (none in a
+direction a degenerate reference cannot move); the abstention reasons one multinomial
+stream. The quantity shown beside a statistic is the signal's own mean or standard
+deviation. `distances` explains a drift (KS, PSI, Wasserstein between histograms)
+without deciding it.
 """
 
 from __future__ import annotations
@@ -21,10 +23,14 @@ from monitor.aggregate.layout import Histogram, Layout
 from monitor.aggregate.table import Cell
 from monitor.detect import detectors as det
 
-__all__ = ["EXCLUDED_SIGNALS", "SHAPE_WINDOW_MAX", "Spec", "distances", "shape_of", "stream_specs",
-           "with_shape"]
+__all__ = ["EXCLUDED_SIGNALS", "SHAPE_WINDOW_MAX", "Spec", "distances", "normal_scores", "shape_of",
+           "stream_specs", "with_shape"]
 
 EXCLUDED_SIGNALS: Final = ("latency_ms", "cost")
+
+
+# (reference cell, the family the stream was armed with or None) -> (null model, n_ref)
+Builder = Callable[[Cell, det.Family | None], tuple[det.Family, float] | None]
 
 
 @dataclass(frozen=True)
@@ -34,7 +40,7 @@ class Spec:
     signal: str
     direction: str
     family: str  # the alert family sharing one false-alarm budget
-    build: Callable[[Cell], tuple[det.Family, float] | None]  # -> (null model, n_ref)
+    build: Builder  # (reference cell, the stream's armed family) -> (null model, n_ref)
     window: Callable[[Cell, det.Family], tuple[float, list[float]]]  # -> (n, t)
     value: Callable[[Cell], float | None]  # the quantity shown beside the statistic
 
@@ -107,72 +113,101 @@ def distances(hist: Histogram, reference: Cell, window: Cell) -> dict[str, float
 
 # --- how each kind of stream reads a cell ---------------------------------------------------
 
-def _moments(hist: Histogram, cell: Cell) -> tuple[float, float, float]:
-    n = float(cell.counts[hist.count_col])
-    total, squares = cell.sums[hist.sum_col], cell.sums[hist.sum_col + 1]
-    return n, total, squares
+def normal_scores(hist: Histogram, cell: Cell) -> det.Scores:
+    """What a trace in each bin of `hist` is read as: its normal score in the reference
+    `cell`, Phi^-1 of the bin's mid-rank (half a trace of smoothing at either end, so a
+    bin the reference never saw reads as just beyond its extremes, ~3.5 for 2,000 traces).
+
+    Location and spread streams watch sums of these, not of raw values: whatever the
+    signal's shape (bounded, skewed, multimodal, heavy-tailed, rounded), the scores of
+    traces drawn from the reference's law are close to standard normal, so the window
+    sums are Gaussian and a threshold calibrated on the Gaussian model keeps its budget
+    out to long run lengths (a lognormal signal's raw sums false-alarmed 3-20x the budget;
+    benchmarks/RESULTS.md, "Null panel"); for a shift of a Gaussian signal the normal
+    scores test is as efficient as the mean itself (Chernoff-Savage), more for others."""
+    return det.normal_scores(_bins(hist, cell))
 
 
-def shape_of(hist: Histogram, cell: Cell) -> det.Atoms | None:
-    """The reference's histogram as a standardised distribution: its bins as atoms (bin
-    mids; the under- and overflow bins at the range's edges, where a point mass such as
-    a ratio of exactly 1.0 falls), in units of the histogram's own standard deviation,
-    rounded to 1e-4. The shape its thresholds are simulated from (`thresholds`); a
-    coarser summary (12 quantile groups) was measured 0.6-43x off budget, the bins
-    0.8-1.2x (benchmarks/RESULTS.md, "Null panel")."""
-    edges = hist.edges
-    mids = np.concatenate([[edges[0]], (edges[1:] + edges[:-1]) / 2, [edges[-1]]])
-    bins = cell.counts[hist.offset: hist.offset + hist.width].astype(np.float64)
-    if bins.sum() <= 0:
+def _bins(hist: Histogram, cell: Cell) -> np.ndarray:
+    return cell.counts[hist.offset: hist.offset + hist.width].astype(np.float64)
+
+
+def _scored(hist: Histogram, cell: Cell, armed: det.Family | None
+            ) -> tuple[det.Scores, float, float, float, float, det.Atoms | None] | None:
+    """(scores, n, mean, variance, 4th central moment, shape) of the cell's traces read as
+    scores: the armed stream's (a grown reference keeps what its windows were read as),
+    else the cell's own normal scores. None under two traces."""
+    bins = _bins(hist, cell)
+    n = float(bins.sum())
+    if n < 2:
         return None
-    w = bins / bins.sum()
-    mean = float((w * mids).sum())
-    sd = float(np.sqrt(max((w * (mids - mean) ** 2).sum(), 0.0)))
+    scores = getattr(armed, "scores", ()) or normal_scores(hist, cell)
+    s = np.asarray(scores)
+    w = bins / n
+    mean = float((w * s).sum())
+    var = float((w * (s - mean) ** 2).sum())
+    m4 = float((w * (s - mean) ** 4).sum())
+    return scores, n, mean, var, m4, shape_of(s, w)
+
+
+def shape_of(values: np.ndarray, weights: np.ndarray) -> det.Atoms | None:
+    """The distribution of a stream's per-trace values (the scores of the reference's bins
+    with their shares) standardised, rounded to 1e-4: the shape its thresholds are
+    simulated from (`thresholds.shape_shift`). None for a single value."""
+    mean = float((weights * values).sum())
+    sd = float(np.sqrt(max((weights * (values - mean) ** 2).sum(), 0.0)))
     if sd <= 1e-9 * max(1.0, abs(mean)):
         return None  # one bin: nothing to simulate a shape from
-    return tuple((round(float((m - mean) / sd), 4), round(float(p), 6))
-                 for m, p in zip(mids, w, strict=True) if p > 0)
+    return tuple((round(float((v - mean) / sd), 4), round(float(p), 6))
+                 for v, p in zip(values, weights, strict=True) if p > 0)
 
 
-def _location(hist: Histogram, sign: int) -> Callable[[Cell], tuple[det.Family, float] | None]:
-    def build(cell: Cell) -> tuple[det.Family, float] | None:
-        n, total, squares = _moments(hist, cell)
-        if n < 2:
+def _location(hist: Histogram, sign: int) -> Builder:
+    def build(cell: Cell, armed: det.Family | None = None) -> tuple[det.Family, float] | None:
+        scored = _scored(hist, cell, armed)
+        if scored is None:
             return None
-        mean = total / n
-        return det.location(n, mean, squares / n - mean * mean, sign, shape_of(hist, cell)), n
+        scores, n, mean, var, _m4, atoms = scored
+        return det.location(n, mean, var, sign, atoms, scores), n
     return build
 
 
-def _spread(hist: Histogram, sign: int) -> Callable[[Cell], tuple[det.Family, float] | None]:
-    def build(cell: Cell) -> tuple[det.Family, float] | None:
-        n, total, squares = _moments(hist, cell)
-        if n < 2:
+def _spread(hist: Histogram, sign: int) -> Builder:
+    def build(cell: Cell, armed: det.Family | None = None) -> tuple[det.Family, float] | None:
+        scored = _scored(hist, cell, armed)
+        if scored is None:
             return None
-        mean = total / n
-        var = squares / n - mean * mean
-        # The fourth moment from the histogram (bin mids; under/overflow at the edges):
-        # it sets how much (x - mean)^2 varies without any change of spread.
-        edges = hist.edges
-        mids = np.concatenate([[edges[0]], (edges[1:] + edges[:-1]) / 2, [edges[-1]]])
-        bins = cell.counts[hist.offset: hist.offset + hist.width].astype(np.float64)
-        m4 = float((bins * (mids - mean) ** 4).sum() / max(bins.sum(), 1.0))
-        return det.spread(n, var, max(m4, var * var * 1.01), sign, shape_of(hist, cell)), n
+        scores, n, _mean, var, m4, atoms = scored
+        # The fourth moment sets how much (s - mean)^2 varies without any change of spread.
+        return det.spread(n, var, max(m4, var * var * 1.01), sign, atoms, scores), n
     return build
+
+
+def _score_sums(hist: Histogram, cell: Cell, family: det.Family) -> tuple[float, float, float]:
+    """(traces, sum of scores, sum of squared scores) of a window's cell."""
+    bins = _bins(hist, cell)
+    s = np.asarray(getattr(family, "scores", ()))
+    return float(bins.sum()), float(bins @ s), float(bins @ (s * s))
 
 
 def _location_window(hist: Histogram) -> Callable[[Cell, det.Family], tuple[float, list[float]]]:
-    def window(cell: Cell, _family: det.Family) -> tuple[float, list[float]]:
-        n, total, _ = _moments(hist, cell)
+    def window(cell: Cell, family: det.Family) -> tuple[float, list[float]]:
+        n, total, _ = _score_sums(hist, cell, family)
         return n, [total]
     return window
 
 
 def _spread_window(hist: Histogram) -> Callable[[Cell, det.Family], tuple[float, list[float]]]:
-    def window(cell: Cell, _family: det.Family) -> tuple[float, list[float]]:
-        dof, squares = det.spread_sum(*_moments(hist, cell))
+    def window(cell: Cell, family: det.Family) -> tuple[float, list[float]]:
+        dof, squares = det.spread_sum(*_score_sums(hist, cell, family))
         return dof, [squares]
     return window
+
+
+def _moments(hist: Histogram, cell: Cell) -> tuple[float, float, float]:
+    n = float(cell.counts[hist.count_col])
+    total, squares = cell.sums[hist.sum_col], cell.sums[hist.sum_col + 1]
+    return n, total, squares
 
 
 def _mean(hist: Histogram) -> Callable[[Cell], float | None]:
@@ -195,7 +230,7 @@ def _rate_spec(signal: str, direction: str, sign: int, events: tuple[int, ...],
         return (float(sum(cell.counts[i] for i in totals)),
                 float(sum(cell.counts[i] for i in events)))
 
-    def build(cell: Cell) -> tuple[det.Family, float] | None:
+    def build(cell: Cell, _armed: det.Family | None = None) -> tuple[det.Family, float] | None:
         n, k = counts(cell)
         family = det.rate(n, k, sign)
         return None if family is None else (family, n)
@@ -214,8 +249,8 @@ def _rate_spec(signal: str, direction: str, sign: int, events: tuple[int, ...],
 _MIX_MIN_SHARE: Final = 0.02
 
 
-def _mix(cols: list[int]) -> Callable[[Cell], tuple[det.Family, float] | None]:
-    def build(cell: Cell) -> tuple[det.Family, float] | None:
+def _mix(cols: list[int]) -> Builder:
+    def build(cell: Cell, _armed: det.Family | None = None) -> tuple[det.Family, float] | None:
         k = cell.counts[cols].astype(np.float64)
         n = float(k.sum())
         if n <= 0:
