@@ -133,8 +133,9 @@ def measured(shape: Shape, spec: Spec, lay: Layout, window: int, budget: float,
     # Fresh streams of `steps` windows, as many as hold ~60 budgets a reference. Each is
     # watched to its first alarm (a reset restarts a stream fresh): rate = alarms / windows
     # watched. The estimate is biased up by ~1 / alarms a reference (E[k / sum T] = rate
-    # k / (k - 1) for k exponential passages): one stream of 4 budgets each, as until
-    # session 19, had ~15 alarms a reference, 7% too many; ~60 short ones, 2%.
+    # k / (k - 1) for k exponential passages): ~15 streams of 4 budgets each, as until
+    # session 19, gave ~15 alarms a reference, 7% too many; ~60 of one budget, ~40
+    # alarms with a near-fixed number of windows watched, a few per cent at most.
     steps = int(min(max(budget, 1_500), 20_000))
     chains = int(max(8, math.ceil(60 * budget / steps)))
     rates, alarms, thresholds = [], 0, []
