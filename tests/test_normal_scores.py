@@ -91,3 +91,41 @@ def test_the_windows_before_a_change_point_make_the_reference_less_noisy():
     # ... and a held stretch at a higher share moves the reference it is compared with
     higher = family.glr(segment_n, segment_k, (np.array([3000.0]), np.array([[90.0]])))[0]
     assert higher < alone
+
+
+def test_reference_moments_are_those_of_traces_the_reference_did_not_hold():
+    # The map is fitted to the reference: its own traces read as evenly spaced normal
+    # quantiles, and a new trace of the same law reads wider (6-9 / n in variance on the
+    # null panel's shapes). Held-out scores give the reference the variance the stream
+    # will see, on average over references.
+    rng = np.random.default_rng(5)
+    hist, n = HIST, 2000
+    truth = np.bincount(HIST.columns(_lognormal(rng, 2_000_000)) - HIST.offset,
+                        minlength=hist.width) / 2_000_000
+    own, held = [], []
+    for _ in range(400):
+        bins = np.bincount(HIST.columns(_lognormal(rng, n)) - HIST.offset,
+                           minlength=hist.width).astype(np.float64)
+        scores = np.asarray(det.normal_scores(bins))
+        true_var = truth @ scores ** 2 - (truth @ scores) ** 2
+        for out, s in ((own, scores), (held, det.held_out_scores(bins))):
+            w = bins / n
+            out.append(np.log(true_var / (w @ s ** 2 - (w @ s) ** 2)) * n)
+    # standard error of each mean ~0.07 * n / sqrt(400) ~ 3 / n
+    assert np.mean(own) > 4.0
+    assert abs(np.mean(held)) < 3.0
+    cell = _cell(_lognormal(rng, n))
+    built, _ = SPECS[("latency_like_spread", "up")].build(cell, None)
+    bins = cell.counts[HIST.offset: HIST.offset + HIST.width] / n
+    own_var = bins @ np.asarray(built.scores) ** 2 - (bins @ np.asarray(built.scores)) ** 2
+    assert built.mean > own_var  # the stream's reference variance is the held-out one
+
+
+def test_a_shape_shift_is_carried_unchanged_beyond_what_its_simulation_measured():
+    from monitor.detect.thresholds import shape_shift
+
+    rng = np.random.default_rng(2)
+    family = with_shape(SPECS[("latency_like_spread", "up")].build(
+        _cell(_lognormal(rng, 2000)), None)[0], 20.0, None)
+    far = [shape_shift(family, 20.0, budget) for budget in (1e5, 1e7)]
+    assert far[0] == far[1] and abs(far[0]) < 1.0

@@ -136,13 +136,18 @@ def _scored(hist: Histogram, cell: Cell, armed: det.Family | None
             ) -> tuple[det.Scores, float, float, float, float, det.Atoms | None] | None:
     """(scores, n, mean, variance, 4th central moment, shape) of the cell's traces read as
     scores: the armed stream's (a grown reference keeps what its windows were read as),
-    else the cell's own normal scores. None under two traces."""
+    else the cell's own normal scores, its moments and shape taken as new traces read
+    (`detectors.held_out_scores`: the map is fitted to these very traces). None under
+    two traces."""
     bins = _bins(hist, cell)
     n = float(bins.sum())
     if n < 2:
         return None
-    scores = getattr(armed, "scores", ()) or normal_scores(hist, cell)
-    s = np.asarray(scores)
+    scores = getattr(armed, "scores", ())
+    if scores:
+        s = np.asarray(scores)
+    else:
+        scores, s = normal_scores(hist, cell), det.held_out_scores(bins)
     w = bins / n
     mean = float((w * s).sum())
     var = float((w * (s - mean) ** 2).sum())

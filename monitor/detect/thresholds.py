@@ -18,9 +18,9 @@ the line fitted to the longest measured run lengths is extended.
 The null model of a location or spread stream is Gaussian or Gamma; real signals are
 not. Their thresholds add the shift the reference's own distribution makes
 (`shape_shift`): the model's threshold and one simulated from the reference's histogram
-(`empirical.Empirical`), both with the reference known exactly and each extrapolated to
-the stream's budget with its own slope, differ by a shift that is added to the model's
-threshold (which carries the reference's uncertainty). A share's model is exact
+(`empirical.Empirical`), both with the reference known exactly and measured as far as the
+shape's simulation reaches, differ by a shift that is added to the model's threshold
+(which carries the reference's uncertainty and the extrapolation to long budgets). A share's model is exact
 (Bernoulli); a reference of exactly 0% is keyed on its own.
 
 A family's time budget (one false alarm per `days` for all its streams) is shared
@@ -76,8 +76,8 @@ def threshold(family: Family, window_n: float, arl0: float) -> float:
     return base
 
 
-# A shape's simulation: 120,000 windows (ARL0 measured directly up to ~2,000 windows,
-# extrapolated beyond with its own slope), ~0.25 s a shape.
+# A shape's simulation: 120,000 windows (ARL0 measured directly up to ~2,500 windows; the
+# shift found there is carried to longer budgets), ~0.25 s a shape.
 _SHIFT_STEPS = 1_000
 _SHIFT_CHAINS = 120
 
@@ -86,19 +86,23 @@ def shape_shift(family: GaussMean | GammaScale, window_n: float, arl0: float) ->
     """How far the reference's own distribution moves the threshold from its model's at
     `arl0` windows: the threshold simulated from the reference's histogram (`Empirical`,
     traces drawn from its bins) minus the model's, both with the reference known exactly
-    (its uncertainty is the model's part), each curve extrapolated with its own slope
-    (carrying a shift measured at 1,000 windows on unchanged was 0.2-1.8x off budget at
-    5,000 on a bimodal shape; benchmarks/RESULTS.md, "Null panel"). Skipped where the
+    (its uncertainty is the model's part), at `arl0` or as far as the shape's simulation
+    measured ARL0 directly (~2,500 windows), whichever is nearer; the model's curve carries
+    the rest (benchmarks/RESULTS.md, "Null panel"). Skipped where the
     window is large enough for the model to hold (the Gaussian location model when the
     window sum's skew and kurtosis are negligible, spread in windows of >= 2,000)."""
     empirical = empirical_key(family, window_n)
     if empirical is None:
         return 0.0
-    at = max(arl0, 2.0)
     model = replace(family, n_ref=float("inf"), atoms=None)
     # The window size snapped to the R10 series: a growing reference moves a stream's mean
     # window a little, which must not cost a new simulation of the same shape each time.
     n = float(max(1, round(_fine(window_n))))
+    # Measured where the shape's simulation reaches, carried unchanged beyond: its own
+    # slope, fitted on a few dozen alarms, extrapolated 0.3-0.5 nat off at 5,000 windows
+    # (spread up 0.56x the budget on the panel; carried: 0.75x; RESULTS.md, session 21).
+    reach = math.exp(float(_curve(*calibration_key(empirical, n))[1][-1]))
+    at = min(max(arl0, 2.0), reach)
     return _model_threshold(empirical, n, at) - _model_threshold(model, n, at)
 
 
