@@ -8,7 +8,7 @@ import numpy as np
 from monitor.aggregate.layout import from_settings
 from monitor.aggregate.table import Cell
 from monitor.detect import detectors as det
-from monitor.detect.streams import stream_specs, with_shape
+from monitor.detect.streams import held_out_scores, stream_specs, with_shape
 from monitor.detect.thresholds import threshold
 from monitor.settings import Settings, SignalRange
 
@@ -108,7 +108,7 @@ def test_reference_moments_are_those_of_traces_the_reference_did_not_hold():
                            minlength=hist.width).astype(np.float64)
         scores = np.asarray(det.normal_scores(bins))
         true_var = truth @ scores ** 2 - (truth @ scores) ** 2
-        for out, s in ((own, scores), (held, det.held_out_scores(bins))):
+        for out, s in ((own, scores), (held, held_out_scores(bins))):
             w = bins / n
             out.append(np.log(true_var / (w @ s ** 2 - (w @ s) ** 2)) * n)
     # standard error of each mean ~0.07 * n / sqrt(400) ~ 3 / n

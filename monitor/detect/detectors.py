@@ -48,8 +48,7 @@ from scipy import special
 
 __all__ = [
     "LAGS", "Atoms", "Base", "Bernoulli", "Detector", "Family", "GammaScale", "GaussMean",
-    "Multinomial", "Scores", "Update", "glr_scan", "held_out_scores", "location", "normal_scores",
-    "rate", "spread",
+    "Multinomial", "Scores", "Update", "glr_scan", "location", "normal_scores", "rate", "spread",
     "spread_sum",
 ]
 
@@ -280,31 +279,14 @@ def spread(n_ref: float, var: float, m4: float, sign: int,
     return GammaScale(var, shape, sign, n_ref, atoms=atoms, scores=scores)
 
 
-def normal_scores(bins: np.ndarray) -> Scores:
+def normal_scores(bins: np.ndarray, held_out: bool = False) -> Scores:
     """Phi^-1 of each bin's mid-rank among counts `bins` (half a count of smoothing at
-    either end: a bin with no count reads as just beyond the extremes), to 1e-4."""
+    either end: a bin with no count reads as just beyond the extremes), to 1e-4;
+    `held_out`: with one of the bin's own traces left out (`streams.held_out_scores`)."""
+    left = np.minimum(bins, 1.0) if held_out else 0.0  # an empty bin holds nothing to leave out
     below = np.cumsum(bins) - bins
-    mid = (below + bins / 2.0 + 0.5) / (float(np.sum(bins)) + 1.0)
+    mid = (below + (bins - left) / 2.0 + 0.5) / (float(np.sum(bins)) + 1.0 - left)
     return tuple(round(float(x), 4) for x in special.ndtri(mid))
-
-
-def held_out_scores(bins: np.ndarray) -> np.ndarray:
-    """Each bin's score as `normal_scores` gives it to a trace the reference did not hold:
-    the mid-rank among `bins` with one of that bin's traces left out (leave-one-out).
-
-    The moments of a stream's reference are taken on these, not on the scores the map
-    gives the reference's own traces: a map fitted to a sample reads that sample as
-    evenly spaced normal quantiles, closer together than new traces read (a new trace
-    falls beyond the reference's extremes 1 time in n / 2 at either end, and a bin the
-    reference under-filled reads farther out). The truth's score variance then exceeded the
-    reference's by 6-9 / n on every shape of the null panel (0.14 of its standard error
-    at 2,000 traces), so a spread-up stream false-alarmed too often; over held-out traces
-    the moments are those of the traces the stream will see (benchmarks/RESULTS.md, "Null
-    panel", session 21)."""
-    bins = np.asarray(bins, np.float64)
-    below = np.cumsum(bins) - bins
-    mid = (below + np.maximum(bins - 1.0, 0.0) / 2.0 + 0.5) / max(float(np.sum(bins)), 1.0)
-    return np.round(special.ndtri(np.clip(mid, 1e-12, 1.0 - 1e-12)), 4)
 
 
 def spread_sum(n: float, total: float, sum_squares: float) -> tuple[float, float]:

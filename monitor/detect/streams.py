@@ -23,8 +23,8 @@ from monitor.aggregate.layout import Histogram, Layout
 from monitor.aggregate.table import Cell
 from monitor.detect import detectors as det
 
-__all__ = ["EXCLUDED_SIGNALS", "SHAPE_WINDOW_MAX", "Spec", "distances", "normal_scores", "shape_of",
-           "stream_specs", "with_shape"]
+__all__ = ["EXCLUDED_SIGNALS", "SHAPE_WINDOW_MAX", "Spec", "distances", "held_out_scores",
+           "normal_scores", "shape_of", "stream_specs", "with_shape"]
 
 EXCLUDED_SIGNALS: Final = ("latency_ms", "cost")
 
@@ -128,6 +128,22 @@ def normal_scores(hist: Histogram, cell: Cell) -> det.Scores:
     return det.normal_scores(_bins(hist, cell))
 
 
+def held_out_scores(bins: np.ndarray) -> np.ndarray:
+    """Each bin's score as `detectors.normal_scores` reads a trace the reference did not
+    hold: the bin's mid-rank with one of its traces left out (leave-one-out).
+
+    A stream's reference moments are taken on these, not on the scores the map gives the
+    reference's own traces: a map fitted to a sample reads that sample as evenly spaced
+    normal quantiles, narrower than new traces read (a new trace falls beyond the
+    reference's extremes 1 time in n + 1 at either end, and a bin the reference
+    under-filled reads farther out). The truth's score variance exceeded the reference's
+    by 6-9 / n on every continuous shape of the null panel (0.14 of its standard error at
+    2,000 traces), and spread up false-alarmed up to 1.8x the budget; on held-out scores
+    the bias is within +-1.5 / n on four of the five shapes (-6 / n, conservative, on
+    scores rounded to 2 decimals; benchmarks/RESULTS.md, "Null panel", session 21)."""
+    return np.asarray(det.normal_scores(np.asarray(bins, np.float64), held_out=True))
+
+
 def _bins(hist: Histogram, cell: Cell) -> np.ndarray:
     return cell.counts[hist.offset: hist.offset + hist.width].astype(np.float64)
 
@@ -137,7 +153,7 @@ def _scored(hist: Histogram, cell: Cell, armed: det.Family | None
     """(scores, n, mean, variance, 4th central moment, shape) of the cell's traces read as
     scores: the armed stream's (a grown reference keeps what its windows were read as),
     else the cell's own normal scores, its moments and shape taken as new traces read
-    (`detectors.held_out_scores`: the map is fitted to these very traces). None under
+    (`held_out_scores`: the map is fitted to these very traces). None under
     two traces."""
     bins = _bins(hist, cell)
     n = float(bins.sum())
@@ -147,7 +163,7 @@ def _scored(hist: Histogram, cell: Cell, armed: det.Family | None
     if scores:
         s = np.asarray(scores)
     else:
-        scores, s = normal_scores(hist, cell), det.held_out_scores(bins)
+        scores, s = normal_scores(hist, cell), held_out_scores(bins)
     w = bins / n
     mean = float((w * s).sum())
     var = float((w * (s - mean) ** 2).sum())

@@ -20,8 +20,8 @@ not. Their thresholds add the shift the reference's own distribution makes
 (`shape_shift`): the model's threshold and one simulated from the reference's histogram
 (`empirical.Empirical`), both with the reference known exactly and measured as far as the
 shape's simulation reaches, differ by a shift that is added to the model's threshold
-(which carries the reference's uncertainty and the extrapolation to long budgets). A share's model is exact
-(Bernoulli); a reference of exactly 0% is keyed on its own.
+(which carries the reference's uncertainty and the extrapolation to long budgets). A
+share's model is exact (Bernoulli); a reference of exactly 0% is keyed on its own.
 
 A family's time budget (one false alarm per `days` for all its streams) is shared
 evenly: each of `streams` streams gets ARL0 = streams * days * 86400 / window_seconds
