@@ -69,6 +69,8 @@ def main() -> int:
                 since[release] = frozen[release] if release not in longest else now
             if not waiting and release in since:
                 longest[release] = max(longest.get(release, 0.0), now - since.pop(release))
+            elif not waiting and streams[release]:
+                longest.setdefault(release, 0.0)  # all armed at the first scrape after the freeze
             timeline.append((round(now, 1), release, waiting, streams[release]))
         time.sleep(1)
     print(json.dumps({
