@@ -103,7 +103,7 @@ def test_reference_moments_are_those_of_traces_the_reference_did_not_hold():
     truth = np.bincount(HIST.columns(_lognormal(rng, 2_000_000)) - HIST.offset,
                         minlength=hist.width) / 2_000_000
     own, held = [], []
-    for _ in range(400):
+    for _ in range(2000):
         bins = np.bincount(HIST.columns(_lognormal(rng, n)) - HIST.offset,
                            minlength=hist.width).astype(np.float64)
         scores = np.asarray(det.normal_scores(bins))
@@ -111,9 +111,10 @@ def test_reference_moments_are_those_of_traces_the_reference_did_not_hold():
         for out, s in ((own, scores), (held, held_out_scores(bins))):
             w = bins / n
             out.append(np.log(true_var / (w @ s ** 2 - (w @ s) ** 2)) * n)
-    # standard error of each mean ~0.07 * n / sqrt(400) ~ 3 / n
-    assert np.mean(own) > 4.0
-    assert abs(np.mean(held)) < 3.0
+    # per reference the log ratio's sd is ~1.35 sqrt(n) (in units of 1 / n), so each mean
+    # of 2,000 has a standard error of ~1.35; measured here: own +5.7, held out -2.9
+    assert np.mean(own) > 3.5
+    assert abs(np.mean(held)) < 4.0
     cell = _cell(_lognormal(rng, n))
     built, _ = SPECS[("latency_like_spread", "up")].build(cell, None)
     bins = cell.counts[HIST.offset: HIST.offset + HIST.width] / n
