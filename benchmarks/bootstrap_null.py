@@ -125,8 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     name = shape.signal + ("_spread" if args.stream == "spread" else "")
     spec = cells.spec(lay, name, args.direction)
     rng = np.random.default_rng(args.seed)
-    steps = int(min(max(args.budget, 1_500), 20_000))
-    chains = int(max(8, math.ceil(60 * args.budget / steps)))
+    steps, chains = null_panel.watch_plan(args.budget)
     rates: dict[str, list[float]] = {"product": [], "bootstrapped": []}
     started = time.perf_counter()
     for _ in range(args.references):
@@ -143,8 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         n, t = null_panel.null_windows(shape, spec, family, lay, sizes, chains, rng)
         peaks = np.maximum.accumulate(det.glr_scan(family, n, t), axis=1)
         for key, h in hs.items():
-            passage = (peaks <= h).sum(axis=1)
-            rates[key].append((passage < steps).sum() / np.minimum(passage + 1, steps).sum())
+            rates[key].append(null_panel.renewal_rate(peaks, h)[1])
         print(f"  h product {hs['product']:.2f} bootstrapped {hs['bootstrapped']:.2f}",
               flush=True)
     for key, r in rates.items():

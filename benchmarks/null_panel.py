@@ -127,17 +127,32 @@ def null_windows(shape: Shape, spec: Spec, family: det.Family, lay: Layout, size
     return n, total[..., None]
 
 
+def watch_plan(budget: float) -> tuple[int, int]:
+    """(windows a stream, streams) watched per reference for a budget of `budget` windows.
+
+    Fresh streams, as many as hold ~60 budgets a reference, each watched to its first
+    alarm (a reset restarts a stream fresh). The renewal estimate is biased up by ~1 /
+    alarms a reference (E[k / sum T] = rate k / (k - 1) for k exponential passages): ~15
+    streams of 4 budgets each, as until session 19, gave ~15 alarms a reference, 7% too
+    many; ~60 of one budget, ~40 alarms with a near-fixed number of windows watched, a
+    few per cent at most."""
+    steps = int(min(max(budget, 1_500), 20_000))
+    return steps, int(max(8, math.ceil(60 * budget / steps)))
+
+
+def renewal_rate(peaks: np.ndarray, h: float) -> tuple[int, float]:
+    """(alarms, false alarms per window watched) of streams whose running peak statistic
+    is `peaks` (C, L), alarming above `h`: each stream watched to its first passage."""
+    steps = peaks.shape[1]
+    passage = (peaks <= h).sum(axis=1)
+    alarmed = passage < steps
+    return int(alarmed.sum()), float(alarmed.sum() / np.minimum(passage + 1, steps).sum())
+
+
 def measured(shape: Shape, spec: Spec, lay: Layout, window: int, budget: float,
              references: int, rng: np.random.Generator) -> dict[str, float]:
     """Measured ARL0 (windows) of one stream kind over `references` references."""
-    # Fresh streams of `steps` windows, as many as hold ~60 budgets a reference. Each is
-    # watched to its first alarm (a reset restarts a stream fresh): rate = alarms / windows
-    # watched. The estimate is biased up by ~1 / alarms a reference (E[k / sum T] = rate
-    # k / (k - 1) for k exponential passages): ~15 streams of 4 budgets each, as until
-    # session 19, gave ~15 alarms a reference, 7% too many; ~60 of one budget, ~40
-    # alarms with a near-fixed number of windows watched, a few per cent at most.
-    steps = int(min(max(budget, 1_500), 20_000))
-    chains = int(max(8, math.ceil(60 * budget / steps)))
+    steps, chains = watch_plan(budget)
     rates, alarms, thresholds = [], 0, []
     none = 0
     for _ in range(references):
@@ -156,10 +171,9 @@ def measured(shape: Shape, spec: Spec, lay: Layout, window: int, budget: float,
         thresholds.append(h)
         n, t = null_windows(shape, spec, family, lay, sizes, chains, rng)
         peaks = np.maximum.accumulate(det.glr_scan(family, n, t), axis=1)
-        passage = (peaks <= h).sum(axis=1)
-        alarmed = passage < steps
-        alarms += int(alarmed.sum())
-        rates.append(alarmed.sum() / np.minimum(passage + 1, steps).sum())
+        alarmed, rate = renewal_rate(peaks, h)
+        alarms += alarmed
+        rates.append(rate)
     if not rates:
         return {"arl0": math.inf, "ratio": math.inf, "alarms": 0, "no_stream": none}
     mean_rate = float(np.mean(rates))

@@ -15,7 +15,6 @@ Cells: measured ARL0 / B (target 0.7-1.3x).
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from dataclasses import replace
 
@@ -44,8 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = cells.spec(lay, shape.signal + suffix, args.direction)
     rng = np.random.default_rng(args.seed)
     budget = args.budget
-    steps = int(max(budget, 1_500))
-    chains = int(max(8, math.ceil(60 * budget / steps)))  # as null_panel.measured
+    steps, chains = null_panel.watch_plan(budget)
     sizes = np.full(steps, 20)
     rates: dict[str, list[float]] = {"product": [], "model alone": []}
     for _ in range(args.references):
@@ -58,9 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         n, t = null_panel.null_windows(shape, spec, family, lay, sizes, chains, rng)
         peaks = np.maximum.accumulate(det.glr_scan(family, n, t), axis=1)
         for name, h in hs.items():
-            passage = (peaks <= h).sum(axis=1)
-            alarmed = passage < steps
-            rates[name].append(alarmed.sum() / np.minimum(passage + 1, steps).sum())
+            rates[name].append(null_panel.renewal_rate(peaks, h)[1])
     cells_ = "  ".join(f"{name} {1.0 / np.mean(r) / budget:.2f}x" for name, r in rates.items())
     print(f"{args.shape} {spec.signal} {args.direction} B={budget:.0f} "
           f"({args.references} references): {cells_}")

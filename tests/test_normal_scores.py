@@ -9,7 +9,7 @@ from monitor.aggregate.layout import from_settings
 from monitor.aggregate.table import Cell
 from monitor.detect import detectors as det
 from monitor.detect.streams import held_out_scores, stream_specs, with_shape
-from monitor.detect.thresholds import threshold
+from monitor.detect.thresholds import shape_shift, threshold
 from monitor.settings import Settings, SignalRange
 
 LAYOUT = from_settings(Settings(signals={"latency_like": SignalRange(lo=0.0, hi=20.0)}))
@@ -123,8 +123,6 @@ def test_reference_moments_are_those_of_traces_the_reference_did_not_hold():
 
 
 def test_a_shape_shift_is_carried_unchanged_beyond_what_its_simulation_measured():
-    from monitor.detect.thresholds import shape_shift
-
     rng = np.random.default_rng(2)
     family = with_shape(SPECS[("latency_like_spread", "up")].build(
         _cell(_lognormal(rng, 2000)), None)[0], 20.0, None)
