@@ -208,8 +208,7 @@ class _GridShare(det.Bernoulli):
     not itself a change. `sample` draws the true share so that its ratio to the reference
     is what a re-drawn reference's would be (a parametric bootstrap: the reference's
     count ~ Binomial(n_ref, p), stratified), which is what a frequentist ARL0 over
-    references averages; the posterior draws of `det.Bernoulli.sample` are ~0.45 nat
-    more conservative for this statistic (ARL0 13.8k for a 10k budget)."""
+    references averages (measured here: 10.8k for a 10k budget on ccu 2%)."""
 
     def glr(self, n: np.ndarray, t: np.ndarray, base: det.Base = None) -> np.ndarray:
         k = t[..., 0]
