@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from collections import deque
@@ -197,7 +198,10 @@ def ragmon_onesample(sign: int) -> Callable[[np.ndarray], Step]:
 
 # Log odds ratios the grid GLR tries: the smallest, 0.2, is a ~22% relative change of a
 # small share - less than that, a 2,000-trace reference's own error (~16% at 2%) mimics.
-GRID: Final = np.array([0.2, 0.3, 0.45, 0.65, 0.9, 1.25, 1.7, 2.3])
+# SCRATCH_GRID="0.405" (comma-separated) replaces it: session 23's measurements of a
+# single CUSUM vs a grid (RESULTS.md) were run that way.
+GRID: Final = np.array([float(v) for v in os.environ.get(
+    "SCRATCH_GRID", "0.2,0.3,0.45,0.65,0.9,1.25,1.7,2.3").split(",")])
 
 
 @dataclass(frozen=True)
