@@ -8,7 +8,7 @@ B = 5,000). This script calibrates the same streams the way issue #23 asks inste
 simulated from the reference's own histogram *and* its sampling uncertainty in one
 simulation - each draw a true law p ~ Dirichlet(reference counts) over the reference's
 scored bins (the Bayesian bootstrap), drawn one per stratum of the truth's score
-variance (or mean, for location), as `detectors._strata` does for the models - windows
+variance (or mean, for location), as `detectors.strata` does for the models - windows
 from p read through the reference's scores, and the product's own two-sample GLR.
 
 For each of `--references` references of 2,000 traces of a panel shape it reports both

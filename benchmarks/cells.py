@@ -20,8 +20,11 @@ def layout() -> Layout:
     return from_settings(Settings(signals=signals))
 
 
-def spec(lay: Layout, signal: str, direction: str) -> Spec:
-    return next(s for s in stream_specs(lay) if (s.signal, s.direction) == (signal, direction))
+def spec(lay: Layout, signal: str, direction: str, log_odds: float | None = None) -> Spec:
+    """The product's stream spec (`log_odds`: a share's designed change, default the
+    product's)."""
+    specs = stream_specs(lay) if log_odds is None else stream_specs(lay, log_odds)
+    return next(s for s in specs if (s.signal, s.direction) == (signal, direction))
 
 
 def cell_of(lay: Layout, signal: str, values: np.ndarray) -> Cell:

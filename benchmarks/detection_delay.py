@@ -121,7 +121,8 @@ ISSUE_ORACLE = {  # the issue's measured oracle medians, for comparison
 Step = Callable[[np.ndarray], bool]
 
 
-def ragmon(kind: str, sign: int, limit: int) -> Callable[[np.ndarray], Step]:
+def ragmon(kind: str, sign: int, limit: int,
+           log_odds: float | None = None) -> Callable[[np.ndarray], Step]:
     """ragmon's detector as the worker runs it: the stream spec's null model and window
     reading (a score's traces binned into the layout's histogram and read as normal scores
     of the reference; `monitor.detect.streams`), with the shape its threshold is calibrated
@@ -131,7 +132,7 @@ def ragmon(kind: str, sign: int, limit: int) -> Callable[[np.ndarray], Step]:
         signal = "critical_claim_unsupported_rate" if sign > 0 else "answer_coverage"
     else:
         signal = "top_score" if kind == "location" else "top_score_spread"
-    spec = cells.spec(LAYOUT, signal, "up" if sign > 0 else "down")
+    spec = cells.spec(LAYOUT, signal, "up" if sign > 0 else "down", log_odds)
     cell_signal = signal.removesuffix("_spread")
 
     def family_of(ref: np.ndarray, armed: det.Family | None) -> det.Family:
@@ -228,7 +229,7 @@ class _GridShare(det.Bernoulli):
     def sample(self, rng: np.random.Generator, n: np.ndarray, draws: int,
                repeat: int = 1) -> np.ndarray:
         events = self.p * self.n_ref
-        redrawn = stats.binom.ppf(det._strata(rng, draws), self.n_ref, self.p)
+        redrawn = stats.binom.ppf(det.strata(rng, draws), self.n_ref, self.p)
         p = np.clip(self.p * (events + 0.5) / (redrawn + 0.5), 0.0, 1.0)
         p = np.repeat(p, repeat, 0)
         return rng.binomial(n.astype(np.int64), p)[..., None].astype(np.float64)
@@ -408,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference-max-traces", type=int, default=GROWTH_LIMIT,
                         help="ragmon's reference grows up to this many traces (its default: "
                              "20000; 0 keeps it frozen)")
+    parser.add_argument("--share-odds-ratio", type=float,
+                        help="ragmon's share_odds_ratio (default: the product's, 1.5)")
     parser.add_argument("--pre", type=int, default=PRE,
                         help="stationary traces between the reference and the change")
     args = parser.parse_args(argv)
@@ -432,7 +435,8 @@ def main(argv: list[str] | None = None) -> int:
                      else REF_WINDOWED)
             key = (method, f"{pre}", sign if kind != "spread" else 2)
             if method == "ragmon":
-                make = ragmon(kind, sign, args.reference_max_traces)
+                make = ragmon(kind, sign, args.reference_max_traces,
+                              args.share_odds_ratio and math.log(args.share_odds_ratio))
             elif method == "ragmon_onesample":
                 make = ragmon_onesample(sign)
             elif method == "ragmon_grid":

@@ -152,6 +152,10 @@ class Settings(BaseSettings):
     # traces (monitor/detect/growth.py); set it to reference_traces to keep references frozen.
     reference_max_traces: int = Field(default=20_000, ge=0)
     min_reference_traces: int = Field(default=200, ge=10)
+    # The change of a share its detector is tuned to while the share's reference holds few
+    # events, as an odds ratio (1.75: 2% -> 3.5%); smaller and larger changes are caught
+    # too, a little later than by a detector tuned to each (monitor/detect/shares.py).
+    share_odds_ratio: float = Field(default=1.75, gt=1.0, le=20.0)
     false_alarm_days: float = Field(default=30.0, gt=0)
     false_alarm_days_by_family: dict[str, float] = Field(default_factory=dict)
     # Per slice dimension, the only values it may take (file only); others become

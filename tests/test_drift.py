@@ -10,6 +10,7 @@ import pytest
 from monitor.aggregate.layout import from_settings
 from monitor.cli import main
 from monitor.detect import detectors as det
+from monitor.detect import shares
 from monitor.detect.drift import Drift, DriftConfig
 from monitor.detect.reference import Accumulator, from_bytes
 from monitor.detect.streams import shape_of, stream_specs
@@ -37,14 +38,16 @@ FAMILIES = {
                                       [7.5]),
     "spread down, bimodal reference": (det.spread(2000, 0.09, 0.0082, -1, BIMODAL), 20, [1.8],
                                        [0.2]),
-    "rate up from exactly 0%": (det.rate(2000, 0, 1), 100, [0.0], [5.0]),
-    "rate down from exactly 100%": (det.rate(2000, 2000, -1), 100, [100.0], [92.0]),
+    "rate up from exactly 0%": (shares.rate(2000, 0, 1), 100, [0.0], [5.0]),
+    "rate down from exactly 100%": (shares.rate(2000, 2000, -1), 100, [100.0], [92.0]),
     "location up": (det.location(2000, 0.6, 0.02, 1), 20, [12.0], [14.0]),
     "location down": (det.location(2000, 0.6, 0.02, -1), 20, [12.0], [10.0]),
     "spread up": (det.spread(2000, 0.02, 0.0012, 1), 20, [0.4], [1.2]),
     "spread down": (det.spread(2000, 0.02, 0.0012, -1), 20, [0.4], [0.05]),
-    "rate up": (det.rate(2000, 40, 1), 100, [2.0], [15.0]),
-    "rate down": (det.rate(2000, 1600, -1), 100, [80.0], [50.0]),
+    "rate up": (shares.rate(2000, 40, 1), 100, [2.0], [15.0]),
+    "rate down": (shares.rate(2000, 1600, -1), 100, [80.0], [50.0]),
+    "rate up, grown reference": (shares.rate(20000, 400, 1), 100, [2.0], [15.0]),
+    "rate down, few non-events": (shares.rate(2000, 1900, -1), 100, [95.0], [70.0]),
     "mix": (det.Multinomial((0.5, 0.3, 0.2), 2000), 100, [50.0, 30.0, 20.0], [10.0, 20.0, 70.0]),
 }
 
@@ -82,8 +85,8 @@ def test_one_sided_detectors_ignore_the_other_direction(name):
     (0, 1, 0.0, 0.02),      # a rate of exactly 0% can only rise
 ])
 def test_a_degenerate_share_alarms_only_where_it_can_move(events, sign, null, change):
-    assert det.rate(2000, events, -sign) is None  # the direction it cannot move: no stream
-    family = det.rate(2000, events, sign)
+    assert shares.rate(2000, events, -sign) is None  # the direction it cannot move: no stream
+    family = shares.rate(2000, events, sign)
     n = 20
     detector = det.Detector(family, threshold(family, n, arl0_windows(30, 50, 60)))
     rng = np.random.default_rng(5)
@@ -104,7 +107,7 @@ def test_a_window_without_spread_is_evidence_not_infinity():
 
 def test_streaming_detector_equals_the_vectorised_scan():
     rng = np.random.default_rng(3)
-    family = det.rate(1000, 20, 1)
+    family = shares.rate(1000, 20, 1)
     n = rng.integers(10, 60, 300).astype(float)
     k = rng.binomial(n.astype(int), 0.025).astype(float)
     scan = det.glr_scan(family, n[None, :], k[None, :, None])[0]

@@ -37,7 +37,8 @@ THIRD_PARTY_HOMES = {
                           "export.pages"},
     "kafka": {"client", "worker.provision", "worker.rewind"},
     "aiokafka": {"worker.topics", "worker.reference_sync"},
-    "scipy": {"detect.detectors"}, "pydantic": {"settings"}, "pydantic_settings": {"settings"},
+    "scipy": {"detect.detectors", "detect.shares"}, "pydantic": {"settings"},
+    "pydantic_settings": {"settings"},
     "rich": {"offline.terminal"}, "matplotlib": {"offline.plots"},
     "yaml": {"offline.analyze", "settings"},
 }

@@ -22,7 +22,9 @@ Why GLR and not a CUSUM with one designed shift: a CUSUM is optimal for the shif
 was built for and slow for the others; the GLR estimates the shift size from the data
 since the candidate change point, so small and large shifts are both caught within a
 small factor of the oracle CUSUM that knows the true change (Lorden 1971; Lai 1998 for
-the window limit). The window limit keeps memory and time per update constant.
+the window limit). The window limit keeps memory and time per update constant. The
+exception is a share whose reference holds few events: there the small changes a GLR
+fits are the reference's own error, and one designed change does better (`shares.Odds`).
 
 Families (one-sided unless noted, `sign` +1 detects a rise, -1 a drop):
 
@@ -48,8 +50,8 @@ from scipy import special
 
 __all__ = [
     "LAGS", "Atoms", "Base", "Bernoulli", "Detector", "Family", "GammaScale", "GaussMean",
-    "Multinomial", "Scores", "Update", "glr_scan", "location", "normal_scores", "rate", "spread",
-    "spread_sum",
+    "Multinomial", "Scores", "Update", "glr_scan", "location", "normal_scores", "spread",
+    "spread_sum", "strata",
 ]
 
 # Candidate change points, in windows back from the newest: a geometric grid loses little
@@ -128,7 +130,7 @@ class GaussMean:
     def sample(self, rng: np.random.Generator, n: np.ndarray, draws: int,
                repeat: int = 1) -> np.ndarray:
         sd = np.sqrt(self.var)
-        offset = np.repeat(special.ndtri(_strata(rng, draws)) * sd / np.sqrt(self.n_ref),
+        offset = np.repeat(special.ndtri(strata(rng, draws)) * sd / np.sqrt(self.n_ref),
                            repeat, 0)
         chains = draws * repeat
         sums = n * (self.mean + offset) + rng.normal(0.0, 1.0, (chains, len(n))) * sd * np.sqrt(n)
@@ -172,7 +174,7 @@ class GammaScale:
         scale = np.full((draws, 1), self.mean / self.shape)
         if np.isfinite(self.n_ref):
             a = self.shape * self.n_ref
-            scale = scale * special.gammaincinv(a, _strata(rng, draws)) / a
+            scale = scale * special.gammaincinv(a, strata(rng, draws)) / a
         scale = np.repeat(scale, repeat, 0)
         return np.asarray((rng.gamma(self.shape * n, 1.0, (len(scale), len(n))) * scale)[..., None])
 
@@ -210,7 +212,7 @@ class Bernoulli:
         p = np.full((draws, 1), self.p)
         if np.isfinite(self.n_ref):
             events = self.p * self.n_ref
-            p = special.betaincinv(events + 0.5, self.n_ref - events + 0.5, _strata(rng, draws))
+            p = special.betaincinv(events + 0.5, self.n_ref - events + 0.5, strata(rng, draws))
         p = np.repeat(p, repeat, 0)
         return rng.binomial(n.astype(np.int64), p)[..., None].astype(np.float64)
 
@@ -253,7 +255,7 @@ class Multinomial:
         return rng.multinomial(n.astype(np.int64)[None, :], ps[:, None, :]).astype(np.float64)
 
 
-def _strata(rng: np.random.Generator, draws: int) -> np.ndarray:
+def strata(rng: np.random.Generator, draws: int) -> np.ndarray:
     """(draws, 1) uniforms, one in each of `draws` equal strata of (0, 1): the true
     parameters a calibration averages over then cover the reference's uncertainty evenly.
     The false-alarm rate averaged over them is dominated by the few draws far off the
@@ -295,17 +297,6 @@ def spread_sum(n: float, total: float, sum_squares: float) -> tuple[float, float
     if n < 2:
         return 0.0, 0.0
     return n - 1.0, max(sum_squares - total * total / n, 0.0)
-
-
-def rate(n_ref: float, events_ref: float, sign: int) -> Bernoulli | None:
-    """Rise (sign +1) or drop (-1) of a share against a reference of `n_ref` traces with
-    `events_ref` events (two-sample: a reference share of 0 or 1 gives a finite
-    statistic). None where the share cannot move that way (a reference of exactly 0%
-    cannot drop, one of 100% cannot rise): a degenerate reference never alarms in a
-    direction it cannot move."""
-    if n_ref <= 0 or (sign < 0 and events_ref <= 0) or (sign > 0 and events_ref >= n_ref):
-        return None
-    return Bernoulli(events_ref / n_ref, sign, n_ref)
 
 
 def _xlogy(x: np.ndarray | float, y: np.ndarray | float) -> np.ndarray:

@@ -25,6 +25,7 @@ alarm, not one per window.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -54,6 +55,7 @@ class DriftConfig:
     reference_traces: int = 2_000
     reference_max_traces: int = 20_000  # growth after the freeze stops here (detect/growth.py)
     min_reference_traces: int = 200   # per stream denominator, else insufficient data
+    share_odds_ratio: float = 1.75  # the change a young share's detector is tuned to
     false_alarm_days: float = 30.0
     false_alarm_days_by_family: dict[str, float] = field(default_factory=dict)
     arl0_traces: float | None = None  # per-stream budget in traces (backtests, benchmarks)
@@ -66,6 +68,7 @@ class DriftConfig:
             "reference_traces": settings.reference_traces,
             "reference_max_traces": settings.reference_max_traces,
             "min_reference_traces": settings.min_reference_traces,
+            "share_odds_ratio": settings.share_odds_ratio,
             "false_alarm_days": settings.false_alarm_days,
             "false_alarm_days_by_family": dict(settings.false_alarm_days_by_family),
             "alarm_hold_windows": settings.alarm_hold_windows,
@@ -82,7 +85,7 @@ class Drift:
         self.config = config
         self.calibrate_inline = calibrate_inline
         self.calibrated = True
-        self.specs = stream_specs(layout)
+        self.specs = stream_specs(layout, math.log(config.share_odds_ratio))
         self.spec_of = {(spec.signal, spec.direction): spec for spec in self.specs}
         self.references: dict[str, Reference] = {}
         self.pending: dict[str, Accumulator] = {}

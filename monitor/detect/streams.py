@@ -4,8 +4,9 @@ how a stream's null model comes from a reference cell, and what a window contrib
 Every continuous signal gets a location stream (window sums of its traces' normal scores
 in the reference, `normal_scores`; Gaussian GLR) and a spread stream (within-window sums
 of squared scores; Gamma-scale GLR) in both directions, each carrying the shape of its
-reference's scores (`shape_of`) for calibration; shares are Bernoulli streams (none in a
-direction a degenerate reference cannot move); the abstention reasons one multinomial
+reference's scores (`shape_of`) for calibration; shares are odds-ratio CUSUMs
+(`shares.rate`; none in a direction a degenerate reference cannot move); the abstention
+reasons one multinomial
 stream. The quantity shown beside a statistic is the signal's own mean or standard
 deviation. `distances` explains a drift (KS, PSI, Wasserstein between histograms)
 without deciding it.
@@ -22,6 +23,7 @@ import numpy as np
 from monitor.aggregate.layout import Histogram, Layout
 from monitor.aggregate.table import Cell
 from monitor.detect import detectors as det
+from monitor.detect import shares
 
 __all__ = ["EXCLUDED_SIGNALS", "SHAPE_WINDOW_MAX", "Spec", "distances", "held_out_scores",
            "normal_scores", "shape_of", "stream_specs", "with_shape"]
@@ -65,8 +67,9 @@ def with_shape(family: det.Family, window_n: float, armed: det.Family | None) ->
     return family if kept is None else replace(family, atoms=kept)  # type: ignore[type-var]
 
 
-def stream_specs(layout: Layout) -> list[Spec]:
-    """Every stream a cell gets, from the layout (signals and reasons are configured)."""
+def stream_specs(layout: Layout, log_odds: float = shares.LOG_ODDS) -> list[Spec]:
+    """Every stream a cell gets, from the layout (signals and reasons are configured);
+    shares are watched for a change of odds ratio exp(`log_odds`) or more."""
     c = layout.counts
     specs: list[Spec] = []
     for name, hist in layout.histograms.items():
@@ -80,13 +83,15 @@ def stream_specs(layout: Layout) -> list[Spec]:
     traces = c["traces"]
     ccu = layout.reason_column("critical_claim_unsupported")
     answered = (c["decision_answer"], c["decision_partial"])
-    specs.append(_rate_spec("critical_claim_unsupported_rate", "up", 1, (ccu,), (traces,)))
+    specs.append(_rate_spec("critical_claim_unsupported_rate", "up", 1, (ccu,), (traces,),
+                            log_odds))
     for direction, sign in (("down", -1), ("up", 1)):
-        specs.append(_rate_spec("answer_coverage", direction, sign, answered, (traces,)))
+        specs.append(_rate_spec("answer_coverage", direction, sign, answered, (traces,),
+                                log_odds))
     specs.append(_rate_spec("self_check_reject_rate", "up", 1, (c["self_check_reject"],),
-                            (c["self_check_pass"], c["self_check_reject"])))
+                            (c["self_check_pass"], c["self_check_reject"]), log_odds))
     specs.append(_rate_spec("verbatim_failure_rate", "up", 1, (c["citation_verbatim_false"],),
-                            (c["citation_true"],)))
+                            (c["citation_true"],), log_odds))
     reason_cols = [layout.reason_column(code) for code in layout.reasons]
     specs.append(Spec("reason_mix", "change", "reason_mix", _mix(reason_cols), _mix_window,
                       lambda _cell: None))
@@ -246,14 +251,14 @@ def _sd(hist: Histogram) -> Callable[[Cell], float | None]:
 
 
 def _rate_spec(signal: str, direction: str, sign: int, events: tuple[int, ...],
-               totals: tuple[int, ...]) -> Spec:
+               totals: tuple[int, ...], log_odds: float) -> Spec:
     def counts(cell: Cell) -> tuple[float, float]:
         return (float(sum(cell.counts[i] for i in totals)),
                 float(sum(cell.counts[i] for i in events)))
 
     def build(cell: Cell, _armed: det.Family | None = None) -> tuple[det.Family, float] | None:
         n, k = counts(cell)
-        family = det.rate(n, k, sign)
+        family = shares.rate(n, k, sign, log_odds)
         return None if family is None else (family, n)
 
     def window(cell: Cell, _family: det.Family) -> tuple[float, list[float]]:

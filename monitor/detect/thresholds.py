@@ -21,7 +21,8 @@ not. Their thresholds add the shift the reference's own distribution makes
 (`empirical.Empirical`), both with the reference known exactly and measured as far as the
 shape's simulation reaches, differ by a shift that is added to the model's threshold
 (which carries the reference's uncertainty and the extrapolation to long budgets). A
-share's model is exact (Bernoulli); a reference of exactly 0% is keyed on its own.
+share's model is exact (a Bernoulli count; `shares.Odds` bootstraps its reference);
+a reference of exactly 0% is keyed on its own.
 
 A family's time budget (one false alarm per `days` for all its streams) is shared
 evenly: each of `streams` streams gets ARL0 = streams * days * 86400 / window_seconds
@@ -46,6 +47,7 @@ import numpy as np
 
 from monitor.detect.detectors import Bernoulli, Family, GammaScale, GaussMean, Multinomial, glr_scan
 from monitor.detect.empirical import Empirical
+from monitor.detect.shares import Odds
 
 __all__ = ["SHIPPED", "arl0_windows", "calibration_key", "run_lengths", "ship", "threshold"]
 
@@ -53,7 +55,7 @@ _MIN_ALARMS = 40  # alarms needed before an ARL0 estimate is trusted
 _STEPS = 1500     # windows simulated per stream; longer budgets are extrapolated
 _GAUSSIAN_EVENTS = 10.0
 _SOURCES = b"".join(Path(__file__).with_name(name).read_bytes()
-                    for name in ("thresholds.py", "detectors.py", "empirical.py"))
+                    for name in ("thresholds.py", "detectors.py", "empirical.py", "shares.py"))
 _SOURCES_DIGEST: Final = hashlib.sha256(_SOURCES).hexdigest()
 # Calibrations shipped with the package (`ship`): the default layout's keys, so that a
 # fresh install arms its streams without simulating first. Read after the cache folder.
@@ -162,6 +164,18 @@ def calibration_key(family: Family, window_n: float) -> tuple[Family, float]:
             return pivot
         return (GammaScale(1.0, _grid(total_shape) / 20.0, family.sign,
                            _grid(family.n_ref / n) * 20.0), 20.0)
+    if isinstance(family, Odds):
+        # A CUSUM is not pivotal: its threshold depends on the evidence a window carries
+        # and on the reference's error against the designed change, so it is keyed as the
+        # minority share (a drop of an 80% share is a rise of its 20% complement; the
+        # odds ratio is the same) with that share, the events per window and the events
+        # of the reference each snapped to the R10 series.
+        q = _fine(min(family.p, 1.0 - family.p))
+        sign = 1 if (family.sign > 0) == (family.p <= 0.5) else -1
+        window = float(max(1, round(_fine(n * q) / q)))
+        n_ref = (max(1.0, round(_fine(family.n_ref * q))) / q if math.isfinite(family.n_ref)
+                 else family.n_ref)
+        return Odds(q, sign, n_ref, family.log_odds), window
     if isinstance(family, Bernoulli):
         share = min(family.p, 1.0 - family.p)
         events = n * share

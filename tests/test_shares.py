@@ -1,0 +1,85 @@
+"""Shares: which family watches a share, and the odds-ratio CUSUM of a young reference."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from monitor.aggregate.layout import from_settings
+from monitor.aggregate.table import Cell
+from monitor.detect import detectors as det
+from monitor.detect import shares
+from monitor.detect.drift import Drift, DriftConfig
+from monitor.detect.thresholds import calibration_key, run_lengths, threshold
+from monitor.settings import load
+
+
+@pytest.mark.parametrize(("n_ref", "events", "sign", "family"), [
+    (2000, 40, 1, shares.Odds),          # 40 events: the reference's error is large
+    (2000, 1900, -1, shares.Odds),       # 100 non-events: the minority side counts
+    (20000, 400, 1, det.Bernoulli),      # grown: the two-sample GLR
+    (2000, 1600, -1, det.Bernoulli),     # 400 non-events
+    (2000, 0, 1, det.Bernoulli),         # degenerate: a bound, not an estimate
+    (2000, 2000, -1, det.Bernoulli),
+    (2000, 0, -1, type(None)),           # 0% cannot drop
+    (2000, 2000, 1, type(None)),         # 100% cannot rise
+])
+def test_the_family_follows_what_the_reference_knows(n_ref, events, sign, family):
+    assert type(shares.rate(n_ref, events, sign)) is family
+
+
+def test_a_drop_of_a_share_is_a_rise_of_its_complement():
+    drop, rise = shares.Odds(0.95, -1, 2000.0), shares.Odds(0.05, 1, 2000.0)
+    n = np.array([20.0, 40.0, 400.0])
+    k = np.array([[17.0], [36.0], [371.0]])
+    assert np.allclose(drop.glr(n, k), rise.glr(n, n[:, None] - k))
+    assert calibration_key(drop, 20) == calibration_key(rise, 20)
+
+
+def test_the_cusum_gains_what_the_designed_change_predicts():
+    # Windows exactly at the alternative: each adds its expected log-likelihood ratio
+    # (n KL(p1 || p0)); at the reference's share the statistic stays at 0.
+    family = shares.Odds(0.02, 1, float("inf"))
+    p1 = 1.0 / (1.0 + 49.0 / 1.75)  # odds x1.75
+    n = np.array([1000.0])
+    kl = p1 * math.log(p1 / 0.02) + (1 - p1) * math.log((1 - p1) / 0.98)
+    assert family.glr(n, np.array([[1000.0 * p1]]))[0] == pytest.approx(1000.0 * kl)
+    assert family.glr(n, np.array([[20.0]]))[0] == 0.0
+
+
+def test_its_threshold_holds_the_budget_over_references():
+    # The product's threshold (calibration key, seed 0) against a simulation with other
+    # random numbers: within 30% of the budget of 500 windows.
+    family = shares.rate(2000, 40, 1)
+    assert isinstance(family, shares.Odds)
+    h = threshold(family, 20, 500)
+    hs, arls, _ = run_lengths(family, 20.0, 1500, draws=40, seed=7)
+    measured = float(np.exp(np.interp(h, hs, np.log(np.maximum.accumulate(arls)))))
+    assert 0.7 * 500 < measured < 1.3 * 500
+
+
+def test_a_change_of_the_set_ratio_is_caught_and_noise_is_not():
+    family = shares.rate(2000, 40, 1)
+    detector = det.Detector(family, threshold(family, 20, 5000))
+    rng = np.random.default_rng(11)
+    assert not any(detector.update(20, [float(k)]).alarm for k in rng.binomial(20, 0.02, 2000))
+    moved = rng.binomial(20, 0.035, 2000)  # odds x1.78
+    fired = next((i for i, k in enumerate(moved) if detector.update(20, [float(k)]).alarm), None)
+    assert fired is not None and fired < 500
+
+
+def test_the_setting_sets_the_change_each_share_is_tuned_to():
+    settings = load()
+    layout = from_settings(settings)
+    counts = np.zeros(layout.n_counts, np.int64)
+    counts[layout.counts["traces"]] = 2000
+    counts[layout.reason_column("critical_claim_unsupported")] = 40
+    reference = Cell(counts, np.zeros(layout.n_sums), {})
+    for ratio in (1.5, 2.0):  # the default is 1.75
+        drift = Drift(layout, DriftConfig.from_settings(settings, share_odds_ratio=ratio))
+        ccu = next(s for s in drift.specs if s.signal == "critical_claim_unsupported_rate")
+        built = ccu.build(reference, None)
+        assert built is not None and isinstance(built[0], shares.Odds)
+        assert built[0].log_odds == pytest.approx(math.log(ratio))
