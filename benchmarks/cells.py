@@ -10,6 +10,7 @@ import numpy as np
 
 from monitor.aggregate.layout import Layout, from_settings
 from monitor.aggregate.table import Cell
+from monitor.detect.shares import LOG_ODDS
 from monitor.detect.streams import Spec, stream_specs
 from monitor.settings import Settings, SignalRange
 
@@ -20,11 +21,10 @@ def layout() -> Layout:
     return from_settings(Settings(signals=signals))
 
 
-def spec(lay: Layout, signal: str, direction: str, log_odds: float | None = None) -> Spec:
-    """The product's stream spec (`log_odds`: a share's designed change, default the
-    product's)."""
-    specs = stream_specs(lay) if log_odds is None else stream_specs(lay, log_odds)
-    return next(s for s in specs if (s.signal, s.direction) == (signal, direction))
+def spec(lay: Layout, signal: str, direction: str, log_odds: float = LOG_ODDS) -> Spec:
+    """The product's stream spec (`log_odds`: the change a young share is tuned to)."""
+    return next(s for s in stream_specs(lay, log_odds)
+                if (s.signal, s.direction) == (signal, direction))
 
 
 def cell_of(lay: Layout, signal: str, values: np.ndarray) -> Cell:

@@ -54,6 +54,7 @@ from scipy import special, stats
 
 from monitor.detect import detectors as det
 from monitor.detect.growth import Growth
+from monitor.detect.shares import LOG_ODDS
 from monitor.detect.streams import with_shape
 from monitor.detect.thresholds import run_lengths
 from monitor.detect.thresholds import threshold as ragmon_threshold
@@ -122,7 +123,7 @@ Step = Callable[[np.ndarray], bool]
 
 
 def ragmon(kind: str, sign: int, limit: int,
-           log_odds: float | None = None) -> Callable[[np.ndarray], Step]:
+           log_odds: float = LOG_ODDS) -> Callable[[np.ndarray], Step]:
     """ragmon's detector as the worker runs it: the stream spec's null model and window
     reading (a score's traces binned into the layout's histogram and read as normal scores
     of the reference; `monitor.detect.streams`), with the shape its threshold is calibrated
@@ -409,8 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference-max-traces", type=int, default=GROWTH_LIMIT,
                         help="ragmon's reference grows up to this many traces (its default: "
                              "20000; 0 keeps it frozen)")
-    parser.add_argument("--share-odds-ratio", type=float,
-                        help="ragmon's share_odds_ratio (default: the product's, 1.5)")
+    parser.add_argument("--share-odds-ratio", type=float, default=math.exp(LOG_ODDS),
+                        help="ragmon's share_odds_ratio (default: the product's, 1.75)")
     parser.add_argument("--pre", type=int, default=PRE,
                         help="stationary traces between the reference and the change")
     args = parser.parse_args(argv)
@@ -436,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
             key = (method, f"{pre}", sign if kind != "spread" else 2)
             if method == "ragmon":
                 make = ragmon(kind, sign, args.reference_max_traces,
-                              args.share_odds_ratio and math.log(args.share_odds_ratio))
+                              math.log(args.share_odds_ratio))
             elif method == "ragmon_onesample":
                 make = ragmon_onesample(sign)
             elif method == "ragmon_grid":

@@ -41,6 +41,7 @@ from monitor.detect import detectors as det
 from monitor.detect.growth import Growth
 from monitor.detect.reference import Accumulator, Reference
 from monitor.detect.report import Alarm, DriftView, StreamKey, Verdict
+from monitor.detect.shares import LOG_ODDS
 from monitor.detect.streams import EXCLUDED_SIGNALS, distances, stream_specs, with_shape
 from monitor.detect.thresholds import arl0_windows, threshold
 from monitor.ingest.contract import Components
@@ -55,7 +56,7 @@ class DriftConfig:
     reference_traces: int = 2_000
     reference_max_traces: int = 20_000  # growth after the freeze stops here (detect/growth.py)
     min_reference_traces: int = 200   # per stream denominator, else insufficient data
-    share_odds_ratio: float = 1.75  # the change a young share's detector is tuned to
+    share_odds_ratio: float = math.exp(LOG_ODDS)  # the change a young share is tuned to
     false_alarm_days: float = 30.0
     false_alarm_days_by_family: dict[str, float] = field(default_factory=dict)
     arl0_traces: float | None = None  # per-stream budget in traces (backtests, benchmarks)

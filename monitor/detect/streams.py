@@ -69,7 +69,7 @@ def with_shape(family: det.Family, window_n: float, armed: det.Family | None) ->
 
 def stream_specs(layout: Layout, log_odds: float = shares.LOG_ODDS) -> list[Spec]:
     """Every stream a cell gets, from the layout (signals and reasons are configured);
-    shares are watched for a change of odds ratio exp(`log_odds`) or more."""
+    a share with a young reference is tuned to a change of odds ratio exp(`log_odds`)."""
     c = layout.counts
     specs: list[Spec] = []
     for name, hist in layout.histograms.items():
