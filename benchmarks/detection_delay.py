@@ -54,7 +54,7 @@ from scipy import special, stats
 
 from monitor.detect import detectors as det
 from monitor.detect.growth import Growth
-from monitor.detect.shares import LOG_ODDS
+from monitor.detect.shares import LOG_ODDS, at_budget
 from monitor.detect.streams import with_shape
 from monitor.detect.thresholds import run_lengths
 from monitor.detect.thresholds import threshold as ragmon_threshold
@@ -139,7 +139,7 @@ def ragmon(kind: str, sign: int, limit: int,
     def family_of(ref: np.ndarray, armed: det.Family | None) -> det.Family:
         built = spec.build(cells.cell_of(LAYOUT, cell_signal, ref), armed)
         assert built is not None
-        return with_shape(built[0], W, armed)
+        return at_budget(with_shape(built[0], W, armed), ARL0 / W)
 
     def make(ref: np.ndarray) -> Step:
         family = family_of(ref, None)

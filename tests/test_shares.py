@@ -83,3 +83,35 @@ def test_the_setting_sets_the_change_each_share_is_tuned_to():
         built = ccu.build(reference, None)
         assert built is not None and isinstance(built[0], shares.Odds)
         assert built[0].log_odds == pytest.approx(math.log(ratio))
+
+
+def test_a_young_share_is_watched_by_the_glr_at_a_long_budget():
+    # The CUSUM's false alarms run over budget beyond ODDS_BUDGET windows (it takes a
+    # reference that reads low at face value): the worker's default budget (a month per
+    # family) watches a young share with the two-sample GLR, a short one with the CUSUM.
+    from monitor.aggregate.pipeline import Pipeline
+    from monitor.detect.reference import Accumulator
+    from monitor.simulate import Simulator
+
+    settings = load(slice_dimensions="language")
+    layout = from_settings(settings)
+    sim = Simulator(seed=3, scenario="steady", rate=20.0, releases=("2026.11.3",))
+    acc = Accumulator("2026.11.3", layout)
+    for window in range(20):
+        pipeline = Pipeline(settings)
+        pipeline.feed(sim.traces(100))
+        acc.add(window * 10, pipeline.merged(), set())
+    reference = acc.freeze(0.0)
+
+    def watching(config: DriftConfig) -> set[type]:
+        drift = Drift(layout, config, calibrate_inline=False)
+        drift.install(reference)
+        return {type(d.family) for k, d in drift.detectors.items()
+                if k.signal == "critical_claim_unsupported_rate"}
+
+    long_budget = watching(DriftConfig(window_seconds=10.0))
+    short_budget = watching(DriftConfig(window_seconds=10.0, arl0_traces=20_000.0))
+    assert long_budget == {det.Bernoulli}
+    assert shares.Odds in short_budget
+    assert shares.at_budget(shares.Odds(0.02, 1, 2000.0), shares.ODDS_BUDGET) == shares.Odds(
+        0.02, 1, 2000.0)

@@ -41,7 +41,7 @@ from monitor.detect import detectors as det
 from monitor.detect.growth import Growth
 from monitor.detect.reference import Accumulator, Reference
 from monitor.detect.report import Alarm, DriftView, StreamKey, Verdict
-from monitor.detect.shares import LOG_ODDS
+from monitor.detect.shares import LOG_ODDS, at_budget
 from monitor.detect.streams import EXCLUDED_SIGNALS, distances, stream_specs, with_shape
 from monitor.detect.thresholds import arl0_windows, threshold
 from monitor.ingest.contract import Components
@@ -147,6 +147,11 @@ class Drift:
                 else:
                     self.detectors[key] = det.Detector(family, np.inf)
                 self.window_n[key] = window_n
+        # A young share's CUSUM keeps its budget only at short budgets (shares.at_budget);
+        # a stream's budget is known once its family's streams are all built.
+        per_family = Counter(self._family(key) for key in self.detectors)
+        for key, detector in self.detectors.items():
+            detector.family = at_budget(detector.family, self._budget(key, per_family))
         self.built += 1
 
     def refreeze(self, release: str) -> None:
@@ -181,14 +186,14 @@ class Drift:
                 continue
             per_family = Counter(self._family(key) for key in list(self.detectors))  # a copy
             for key, detector, family in todo:
+                budget = self._budget(key, per_family)
                 # An unarmed stream with a shape is armed on its model first (cached, ms)
                 # and on its shape (a simulation) when its turn comes again: every stream
                 # armed within seconds, the shape's correction soon after.
                 first = getattr(family, "atoms", None) is not None and not np.isfinite(
                     detector.threshold)
                 model = replace(family, atoms=None) if first else family  # type: ignore[type-var]
-                detector.threshold = threshold(model, max(self.window_n[key], 1e-9),
-                                               self._budget(key, per_family))
+                detector.threshold = threshold(model, max(self.window_n[key], 1e-9), budget)
                 if not first:
                     self.calibrated_for[key] = family
                 if self.built != built:

@@ -19,6 +19,18 @@ what a CUSUM is not: a reference grown only from alarm-free blocks reads a littl
 takes that bias at face value (ARL0 -30..-40% with growth in the benchmark, whose
 budget alarms in every other block).
 
+And the CUSUM watches only at short budgets (`at_budget`: up to `ODDS_BUDGET` windows
+between false alarms, as in the benchmark). Its threshold is priced by a bootstrap
+around the one reference it has, while the false alarms of many streams come from the
+few references that read their share far low (a one-sample statistic takes the reading
+at face value; the two-sample GLR weighs it by its uncertainty). Over every reference a
+true 2% share gives (2,000 traces, windows of 20), the CUSUM kept 1.07x / 1.18x its
+budget at 500 / 5,000 windows but 0.81x at 20,000, 0.59x at 50,000 and at most 0.15x at
+10^6, where the GLR kept 0.8-0.9x; priced right, its threshold there (28 nats at 10^6
+windows, the GLR's 13) waits as long as the GLR on 2% -> 4% and 2-3x longer on 2% -> 6%
+(benchmarks/RESULTS.md, session 25). The default budget (one false alarm a month per
+family) is 10^5-10^7 windows a stream: the GLR's.
+
 A degenerate reference (exactly 0% or 100%) is a bound, not an estimate: there is no
 bootstrap of a count that never varied, so it keeps the two-sample GLR too (its null
 draws the true share from the reference's posterior), and it gets no stream in the
@@ -41,12 +53,13 @@ from typing import Final
 import numpy as np
 from scipy import special, stats
 
-from monitor.detect.detectors import Base, Bernoulli, strata
+from monitor.detect.detectors import Base, Bernoulli, Family, strata
 
-__all__ = ["LOG_ODDS", "ODDS_EVENTS", "Odds", "rate"]
+__all__ = ["LOG_ODDS", "ODDS_BUDGET", "ODDS_EVENTS", "Odds", "at_budget", "rate"]
 
 LOG_ODDS: Final = math.log(1.75)  # the default `share_odds_ratio`
 ODDS_EVENTS: Final = 200  # minority events of a reference from which the GLR watches it
+ODDS_BUDGET: Final = 10_000  # windows between false alarms beyond which the GLR watches it
 
 
 @dataclass(frozen=True)
@@ -95,3 +108,12 @@ def rate(n_ref: float, events_ref: float, sign: int,
     if 0 < min(events_ref, n_ref - events_ref) < ODDS_EVENTS:
         return Odds(events_ref / n_ref, sign, n_ref, log_odds)
     return Bernoulli(events_ref / n_ref, sign, n_ref)
+
+
+def at_budget(family: Family, budget: float) -> Family:
+    """The family that watches a stream whose budget is `budget` windows between false
+    alarms: an `Odds` stream's two-sample GLR where the budget is beyond `ODDS_BUDGET`
+    (the CUSUM's false alarms run over budget there), else `family` itself."""
+    if isinstance(family, Odds) and budget > ODDS_BUDGET:
+        return Bernoulli(family.p, family.sign, family.n_ref)
+    return family
