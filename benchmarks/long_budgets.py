@@ -1,0 +1,60 @@
+"""A young share's false alarms at long budgets, over the exact law of its reference.
+
+For a true share `--share` and references of 2,000 traces, every event count k of the
+binomial's central 1 - 2e-9 is a reference: its family (`--family odds`: `shares.Odds`,
+`glr`: the two-sample `detectors.Bernoulli`) with the product's threshold for each
+budget, watched on `--streams` null streams of `--steps` windows of `--window` traces.
+ARL0 = 1 / (rate averaged over k by its probability). Counts whose streams raise no
+alarm read as rate 0, so a figure beyond what the streams can show is an upper bound.
+
+    python benchmarks/long_budgets.py [--family odds|glr] [--share 0.02] [--window 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+from scipy import stats
+
+from monitor.detect import detectors as det
+from monitor.detect import shares
+from monitor.detect.thresholds import threshold
+
+REF = 2_000
+BUDGETS = (5e3, 5e4, 1e5, 1e6, 1e7)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", choices=("odds", "glr"), default="odds")
+    parser.add_argument("--share", type=float, default=0.02)
+    parser.add_argument("--window", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=10_000)
+    parser.add_argument("--streams", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=3)
+    args = parser.parse_args(argv)
+    rng = np.random.default_rng(args.seed)
+    low = max(1, int(stats.binom.ppf(1e-9, REF, args.share)))
+    counts = np.arange(low, int(stats.binom.ppf(1 - 1e-9, REF, args.share)) + 1)
+    total = np.zeros(len(BUDGETS))
+    for k in counts:
+        family: det.Family = (shares.Odds(k / REF, 1, REF) if args.family == "odds"
+                              else det.Bernoulli(k / REF, 1, REF))
+        t = rng.binomial(args.window, args.share, (args.streams, args.steps))
+        n = np.full(args.steps, float(args.window))
+        peaks = np.maximum.accumulate(det.glr_scan(family, n, t[..., None].astype(float)), 1)
+        for j, budget in enumerate(BUDGETS):
+            passage = (peaks <= threshold(family, args.window, budget)).sum(axis=1)
+            alarms = (passage < args.steps).sum()
+            rate = alarms / np.minimum(passage + 1, args.steps).sum()
+            total[j] += stats.binom.pmf(k, REF, args.share) * rate
+    for budget, rate in zip(BUDGETS, total, strict=True):
+        arl0 = 1.0 / max(rate, 1e-300)
+        print(f"{args.family} B={budget:8.0e}  ARL0 <= {arl0:10.3g}  x{arl0 / budget:6.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
