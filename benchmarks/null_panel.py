@@ -2,7 +2,8 @@
 
 For every shape (a per-trace law nobody tuned the detectors on) and every stream of it
 (signal family and direction), `--references` references of 2,000 traces are drawn
-from the law, binned into a cell exactly as the worker bins traces (the layout's
+from the law (a share's: every count of its binomial law, weighted by its probability;
+`reference_draws`), binned into a cell exactly as the worker bins traces (the layout's
 histogram, count and sums), turned into a null model by the product's own stream
 builders (`monitor.detect.streams`) and given the product's threshold for a budget of
 `B` windows (`thresholds.threshold`). Then fresh stationary windows of the *true* law
@@ -20,7 +21,7 @@ stationary law, varying window sizes), and rates: a share of exactly 100% and 0%
 A degenerate stream that cannot move in a direction has no detector there (reported as
 "none"); where it can move, any change away from the degenerate value alarms.
 
-    python benchmarks/null_panel.py [--window 20] [--budgets 500,5000] [--references 20]
+    python benchmarks/null_panel.py [--window 20] [--budgets 500,5000] [--references 40]
         [--only beta25] [--json FILE]
 """
 
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--window", type=int, default=20, help="traces per window")
     parser.add_argument("--budgets", default="500,5000", help="ARL0 budgets, in windows")
-    parser.add_argument("--references", type=int, default=20)
+    parser.add_argument("--references", type=int, default=40)
     parser.add_argument("--only", help="comma-separated shape names")
     parser.add_argument("--json", help="write results here")
     parser.add_argument("--seed", type=int, default=2026)
