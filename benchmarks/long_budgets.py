@@ -16,6 +16,7 @@ import argparse
 import sys
 
 import numpy as np
+from null_panel import renewal_rate
 from scipy import stats
 
 from monitor.detect import detectors as det
@@ -46,9 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         n = np.full(args.steps, float(args.window))
         peaks = np.maximum.accumulate(det.glr_scan(family, n, t[..., None].astype(float)), 1)
         for j, budget in enumerate(BUDGETS):
-            passage = (peaks <= threshold(family, args.window, budget)).sum(axis=1)
-            alarms = (passage < args.steps).sum()
-            rate = alarms / np.minimum(passage + 1, args.steps).sum()
+            _, rate = renewal_rate(peaks, threshold(family, args.window, budget))
             total[j] += stats.binom.pmf(k, REF, args.share) * rate
     for budget, rate in zip(BUDGETS, total, strict=True):
         arl0 = 1.0 / max(rate, 1e-300)

@@ -149,7 +149,7 @@ class Drift:
                 self.window_n[key] = window_n
         # A young share's CUSUM keeps its budget only at short budgets (shares.at_budget);
         # a stream's budget is known once its family's streams are all built.
-        per_family = Counter(self._family(key) for key in self.detectors)
+        per_family = self._family_sizes()
         for key, detector in self.detectors.items():
             detector.family = at_budget(detector.family, self._budget(key, per_family))
         self.built += 1
@@ -184,7 +184,7 @@ class Drift:
                 if self.calibrated:
                     return
                 continue
-            per_family = Counter(self._family(key) for key in list(self.detectors))  # a copy
+            per_family = self._family_sizes()
             for key, detector, family in todo:
                 budget = self._budget(key, per_family)
                 # An unarmed stream with a shape is armed on its model first (cached, ms)
@@ -201,6 +201,10 @@ class Drift:
 
     def _family(self, key: StreamKey) -> str:
         return self.spec_of[(key.signal, key.direction)].family
+
+    def _family_sizes(self) -> Counter[str]:
+        """Streams per family (over a copy: the fold may build streams meanwhile)."""
+        return Counter(self._family(key) for key in list(self.detectors))
 
     def _budget(self, key: StreamKey, per_family: Counter[str]) -> float:
         """Windows between false alarms for one stream: `arl0_traces` over its window, or
