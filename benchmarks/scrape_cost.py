@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from worker_throughput import checkpointed
+from worker_throughput import checkpointed, cpu_seconds
 
 from monitor.broker import EmbeddedBroker, free_port
 from monitor.client import ensure_topics, produce
@@ -116,24 +116,6 @@ class Scrapers:
             thread.join(timeout=60)
 
 
-def cpu_seconds(pid: int) -> tuple[float, float]:
-    """CPU seconds (user + system) so far of the worker (its Faust process and states
-    process) and of its page process (the child at niceness 10), from /proc."""
-    tick = os.sysconf("SC_CLK_TCK")
-    worker = pages = 0.0
-    family = [pid]
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        family += [int(c) for c in (task / "children").read_text().split()]
-    for member in family:
-        fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
-        used = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-        if member != pid and int(fields[16]) >= 10:  # nice
-            pages += used
-        else:
-            worker += used
-    return worker, pages
-
-
 def quantiles(values: list[float]) -> tuple[float, float]:
     ordered = sorted(values)
     return (statistics.median(ordered) * 1e3,
@@ -173,12 +155,13 @@ def run_worker(broker: EmbeddedBroker, topic: str, n: int, workdir: Path, scrape
         before = cpu_seconds(process.pid)
         if scrapers:
             with Scrapers(port, scrapers) as busy:
-                found["rate"] = asyncio.run(checkpointed(broker.bootstrap, state_topic,
-                                                         app_id, n))
+                found["rate"] = asyncio.run(checkpointed(
+                    broker.bootstrap, state_topic, app_id, topic, n, process.pid))[0]
             found["busy"] = quantiles(busy.latencies)
             found["busy_scrapes"], found["failures"] = len(busy.latencies), busy.failures
         else:
-            found["rate"] = asyncio.run(checkpointed(broker.bootstrap, state_topic, app_id, n))
+            found["rate"] = asyncio.run(checkpointed(
+                broker.bootstrap, state_topic, app_id, topic, n, process.pid))[0]
         after = cpu_seconds(process.pid)
         # CPU per 1,000 traces (from the first scrape that answered to the n-th trace).
         found["worker_cpu_ms"] = (after[0] - before[0]) / n * 1e6

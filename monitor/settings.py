@@ -126,12 +126,13 @@ class Settings(BaseSettings):
                                  le=512 * 1024 * 1024)
     partitions: int = Field(default=4, ge=1, le=1024)
     app_id: str = Field(default="ragmon", pattern=r"^[A-Za-z0-9._-]{1,64}$")
-    # A batch is folded, then its seen segments and checkpoints are delivered (two broker
-    # round trips) before it is acknowledged; Faust buffers no further events meanwhile.
-    # 4,000 measured 1.11-1.14x the throughput of 1,000 in a two-round A/B, though not in
-    # the full benchmark after it (benchmarks/RESULTS.md); a batch still closes after
-    # `batch_seconds`, so latency at low rates does not change.
-    batch_size: int = Field(default=4000, ge=1, le=100_000)
+    # A batch is the records of whole fetches (monitor/worker/batches.py), gathered until
+    # `batch_size` records or `batch_seconds` after the first: folded, then its seen
+    # segments and checkpoints are delivered before it is acknowledged, while the next
+    # batch is gathered. Each batch costs a checkpoint per partition it touches: 10,000
+    # read a backlog at 33.9k traces/s where 4,000 read 25.2k (benchmarks/RESULTS.md);
+    # at low rates a batch closes after `batch_seconds`, so latency does not change.
+    batch_size: int = Field(default=10_000, ge=1, le=100_000)
     batch_seconds: float = Field(default=0.5, gt=0, le=60)
     # Decisions waiting in owned partitions and no batch for this long: the worker
     # restarts itself in place (monitor/worker/stall.py). 0 disables the watchdog.

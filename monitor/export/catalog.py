@@ -122,6 +122,9 @@ PARTITIONS_OWNED: Final = Family("ragmon_partitions_owned", "gauge",
                                  "Partitions of the decisions topic this worker owns.")
 BATCH_SECONDS: Final = Family("ragmon_batch_seconds", "counter", "Time spent folding batches.")
 BATCHES: Final = Family("ragmon_batches", "counter", "Batches folded.")
+BATCHES_DROPPED: Final = Family(
+    "ragmon_batches_dropped", "counter", "Fetched batches not folded because a rebalance "
+    "or a rewind began after they were read (their records are read again).")
 REDELIVERED_SKIPPED: Final = Family(
     "ragmon_redelivered_skipped", "counter", "Messages skipped because their partition's "
     "checkpoint already holds their offset (redelivery after a crash or rebalance; a surge "
@@ -218,6 +221,7 @@ FAMILIES: Final = (
     *RATIOS.values(), LABEL_RATE, LABEL_RATE_TRACES,
     INPUT_MESSAGES, REJECTED, CONTENT_FIELDS_DROPPED, LABEL_EVENTS, LABEL_EVENTS_WAITING,
     DLQ_PRODUCED, LAST_EVENT, WATERMARK_LAG, PARTITIONS_OWNED, BATCH_SECONDS, BATCHES,
+    BATCHES_DROPPED,
     REDELIVERED_SKIPPED, CHECKPOINTS, STATE_RECORD_BYTES, STATE_MAX_BYTES, STATE_LOST,
     WINDOWS_SKIPPED, RELEASES_OWNED, WORKER_ERRORS, SERIES_BUDGET, SLICE_VALUES_OVERFLOWED,
     SLICE_VALUES_REPLACED, SERIES, SERIES_DROPPED,

@@ -63,6 +63,7 @@ def health(snap: Snapshot, budget: int) -> list[Metric]:
         c.PARTITIONS_OWNED.of([((), h.partitions)]),
         c.BATCH_SECONDS.of([((), h.batch_seconds)]),
         c.BATCHES.of([((), h.batches)]),
+        c.BATCHES_DROPPED.of([((), h.batches_dropped)]),
         c.REDELIVERED_SKIPPED.of([((), h.replayed_skipped)]),
         c.CHECKPOINTS.of([((), h.checkpoints)]),
         c.STATE_RECORD_BYTES.of([((), h.state_record_bytes)]),

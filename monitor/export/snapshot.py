@@ -32,6 +32,7 @@ class Health:
     dlq_produced: int = 0         # dead letters produced
     batch_seconds: float = 0.0    # time spent folding batches
     batches: int = 0
+    batches_dropped: int = 0      # fetched, then left to be read again (a rebalance)
     errors: int = 0               # failures inside the worker (ragmon_worker_errors)
     replayed_skipped: int = 0     # redelivered offsets a checkpoint already held
     checkpoints: int = 0          # partition checkpoints written

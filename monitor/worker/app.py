@@ -1,12 +1,13 @@
-"""Faust wiring only: topics, agents, timers, the metrics endpoint. The fold is `Pipeline`.
+"""Faust wiring only: topics, batches, timers, the metrics endpoint. The fold is `Pipeline`.
 
 Topics carry raw bytes (typed Faust records crash agents on undecodable input and let
-NaN through); validation is ours. Each agent gathers batches of events
-(monitor/worker/batches.py), groups them by partition and folds each group into that
-partition's pipeline, dead-letters what was rejected (reason and source
-topic/partition/offset in headers) and never lets an exception escape: a batch whose
-fold fails is logged, counted and dead-lettered whole with reason `worker_error`; any
-other failure of a batch restarts the worker in place (its checkpoints make that exact).
+NaN through); validation is ours. Faust's consumer hands over whole fetches, below its
+per-event stream (monitor/worker/batches.py: Faust's per-message path cost ~200 us a
+message); `Worker.take` groups a batch by topic and partition, folds each group into
+that partition's pipeline, dead-letters what was rejected (reason and source
+topic/partition/offset in headers) and never lets an exception escape: a message whose
+fold fails is set apart and dead-lettered with reason `worker_error`; any other failure
+of a batch restarts the worker in place (its checkpoints make that exact).
 
 Exact counts under at-least-once delivery: each partition's pipeline is checkpointed to
 the state topic with the last offset applied per source topic after every batch, and
@@ -29,12 +30,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import suppress
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import faust
 
@@ -47,16 +46,18 @@ from monitor.export.snapshot import Health, Local, snapshot_from
 from monitor.ingest.parse import Rejection, payload_form
 from monitor.settings import Settings
 from monitor.worker import stall, telemetry, topics, upkeep
-from monitor.worker.batches import Batches
+from monitor.worker.batches import Batch, BatchApp, BatchConsumer
 from monitor.worker.connection import ssl_context
 from monitor.worker.merge import Merger, owner
 from monitor.worker.partitions import Group, Partitions
 from monitor.worker.reference_sync import ReferenceSync
+from monitor.worker.threads import in_daemon_thread
 
 __all__ = ["Worker", "build", "credentials"]
 
 log = logging.getLogger("ragmon.worker")
 TOPIC_CHECK_SECONDS = 10.0
+FETCH_BYTES = 16 * 1024 * 1024  # per partition and fetch
 T = TypeVar("T")
 # The worker's own counters, carried on through a restart in place (the rest of its
 # health is read afresh; input counters come from the checkpoints).
@@ -96,45 +97,73 @@ class Worker:
         self.tracer = telemetry.tracer(settings)
         self.last_progress = time.monotonic()
         self.topic_ids: dict[str, str] = {}  # of the input topics, as last seen
+        self.kinds = (("decisions", settings.topic_decisions), ("labels", settings.topic_labels),
+                      ("feedback", settings.topic_feedback))
+        self.topics = frozenset(topic for _, topic in self.kinds)
 
-    async def fold(self, events: Sequence[Any], kind: str) -> None:
-        with self.tracer.start_as_current_span(
-                "ragmon.batch", attributes={"ragmon.kind": kind, "ragmon.events": len(events)}):
-            await self._fold_batch(events, kind)
+    async def take(self, batch: Batch) -> None:
+        """Fold a fetch (decisions, labels, feedback: one topic at a time), checkpoint the
+        partitions it touched, then acknowledge it. A fetch from before a rebalance or a
+        rewind is left to be read again (monitor/worker/batches.py). If folding fails,
+        later batches must not fold past this one (their offsets would make a restore
+        skip it): the worker starts again from its checkpoints, as after kill -9."""
+        consumer = cast(BatchConsumer, self.app.consumer)
+        async with self._folding:
+            if not consumer.current(batch):
+                self.health.batches_dropped += 1
+                return
+            try:
+                for kind, topic in self.kinds:
+                    records = {tp.partition: found for tp, found in batch.records.items()
+                               if tp.topic == topic}
+                    if records:
+                        attributes: dict[str, str | int] = {"ragmon.kind": kind,
+                                                            "ragmon.events": sum(
+                                                                map(len, records.values()))}
+                        with self.tracer.start_as_current_span("ragmon.batch",
+                                                               attributes=attributes):
+                            await self._fold_batch(kind, topic, records)
+            except Exception:
+                log.exception("folding a batch of %d records failed: restarting in place",
+                              len(batch))
+                self.restart_in_place()
+            for tp, found in batch.records.items():
+                consumer.acknowledge(tp, [record.offset for record in found])
 
-    async def _fold_batch(self, events: Sequence[Any], kind: str) -> None:
+    async def _fold_batch(self, kind: str, topic: str,
+                          records: dict[int, Sequence[Any]]) -> None:
         started = time.perf_counter()
         if not self.references.loaded:
             await self._retrying(self._load_references, "loading references")
-        by_partition: dict[int, list[Any]] = {}
-        for event in events:
-            by_partition.setdefault(event.message.partition, []).append(event)
-        # One batch at a time (the decisions, labels and feedback agents share partition
-        # states): a checkpoint never holds a batch's counts without its offsets, nor a
-        # de-duplication segment of a batch it does not hold.
-        async with self._folding:
-            groups = []
-            for partition, group in sorted(by_partition.items()):
-                if partition not in self.partitions.offsets:
-                    await self._retrying(partial(self.partitions.recover, partition),
-                                         f"partition {partition}: recovery")
-                groups.append(Group(partition, group[0].message.topic,
-                                    [e.message.offset for e in group],
-                                    [e.value if isinstance(e.value, bytes) else b""
-                                     for e in group]))
-            with self.tracer.start_as_current_span("ragmon.fold"):
-                folded = await self.partitions.fold(kind, groups)
-            for found in folded:
-                events_of = by_partition[found.partition]
-                if any(rejection.reason == "worker_error" for _, rejection in found.dead):
-                    self.health.errors += 1  # the states process printed the traceback
-                for index, rejection in found.dead:
-                    await self._dead_letter(events_of[index], rejection)
-            if folded:
-                await self._retrying(partial(self.partitions.checkpoint, folded), "checkpoints")
+        # Every partition assigned here at once (restores wait on the broker, in parallel).
+        assigned = {tp.partition for tp in self.app.consumer.assignment()
+                    if tp.topic in self.topics} | set(records)
+        await self._retrying(partial(self.partitions.recover_all, assigned),
+                             f"partitions {sorted(assigned)}: recovery")
+        groups = []
+        for partition, found in sorted(records.items()):
+            groups.append(Group(partition, topic, [r.offset for r in found],
+                                [r.value if isinstance(r.value, bytes) else b""
+                                 for r in found]))
+        with self.tracer.start_as_current_span("ragmon.fold"):
+            folded = await self.partitions.fold(kind, groups)
+        for done in folded:
+            of_partition = records[done.partition]
+            if any(rejection.reason == "worker_error" for _, rejection in done.dead):
+                self.health.errors += 1  # the states process printed the traceback
+            for index, rejection in done.dead:
+                await self._dead_letter(of_partition[index], rejection)
+        if folded:
+            await self._retrying(partial(self.partitions.checkpoint, folded), "checkpoints")
         self.health.batch_seconds += time.perf_counter() - started
         self.health.batches += 1
         self.last_progress = time.monotonic()
+
+    async def forget(self, partitions: set[int]) -> None:
+        """Drop the states of `partitions` once the batch folding now is checkpointed (a
+        revoke waits for it: its new owner restores that checkpoint)."""
+        async with self._folding:
+            await self.partitions.forget(partitions)
 
     def restart_in_place(self) -> None:
         """Restart this worker in place (monitor/worker/stall.py): its page process stopped
@@ -195,7 +224,7 @@ class Worker:
         async def calibrate() -> None:
             started = time.perf_counter()
             try:
-                await _in_daemon_thread(self.drift.calibrate)
+                await in_daemon_thread(self.drift.calibrate)
             except Exception:
                 log.exception("threshold calibration failed")
                 self.health.errors += 1
@@ -235,8 +264,7 @@ class Worker:
                 await asyncio.sleep(delay)
                 delay = min(2 * delay, 30.0)
 
-    async def _dead_letter(self, event: Any, rejection: Rejection) -> None:
-        message = event.message
+    async def _dead_letter(self, message: Any, rejection: Rejection) -> None:
         headers = {
             "ragmon.reason": rejection.reason.encode(),
             "ragmon.detail": rejection.detail.encode()[:512],
@@ -266,8 +294,8 @@ class Worker:
 
 
 def build(settings: Settings) -> Worker:
-    """The Faust app: one consumer group (`app_id`), raw topics, three agents, a timer."""
-    app = faust.App(
+    """The Faust app: one consumer group (`app_id`), raw topics read in whole fetches, timers."""
+    app = BatchApp(
         settings.app_id,
         broker=[f"kafka://{server}" for server in settings.bootstrap_servers.split(",")],
         broker_credentials=credentials(settings),
@@ -279,14 +307,19 @@ def build(settings: Settings) -> Worker:
         # after ~half the session timeout (ARCHITECTURE.md): both are settings.
         broker_session_timeout=settings.session_timeout_seconds,
         broker_heartbeat_interval=settings.heartbeat_interval_seconds,
+        broker_max_poll_records=settings.batch_size,
+        # aiokafka fetches a partition again only once its last fetch is taken, and a
+        # fetch of the embedded broker took ~0.5 s: Faust's default of 1 MiB a partition
+        # (~1,300 traces) held the worker to ~9k traces/s (benchmarks/RESULTS.md).
+        consumer_max_fetch_size=FETCH_BYTES,
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
         producer_max_request_size=settings.state_max_bytes,
     )
     worker = Worker(settings, app)
-    for kind, name in (("decisions", settings.topic_decisions), ("labels", settings.topic_labels),
-                       ("feedback", settings.topic_feedback)):
-        _agent(worker, kind, app.topic(name, value_serializer="raw", key_serializer="raw"))
+    app.take, app.gather = worker.take, (settings.batch_size, settings.batch_seconds)
+    for _, name in worker.kinds:  # subscribed; their records go to `Worker.take` whole
+        app.topics.add(app.topic(name, value_serializer="raw", key_serializer="raw"))
 
     @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
     async def stage_two() -> None:
@@ -327,30 +360,13 @@ def build(settings: Settings) -> Worker:
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def on_revoked(app: faust.App, revoked: set[Any], **_: Any) -> None:
-        await worker.partitions.forget({tp.partition for tp in revoked})
+        await worker.forget({tp.partition for tp in revoked})
 
     @app.task  # type: ignore[untyped-decorator]
     async def first_snapshot() -> None:
         worker.refresh()
 
     return worker
-
-
-def _agent(worker: Worker, kind: str, topic: Any) -> None:
-    settings = worker.settings
-
-    async def consume(stream: Any) -> None:
-        batches = Batches(worker, kind, stream.noack())
-        idle = asyncio.get_running_loop().create_task(batches.flush_when_idle())
-        try:
-            async for event in batches.stream.events():
-                if batches.add(event) >= settings.batch_size:
-                    await batches.flush()
-        finally:
-            idle.cancel()
-
-    consume.__name__ = f"fold_{kind}"
-    worker.app.agent(topic, name=f"ragmon.fold_{kind}")(consume)
 
 
 def credentials(settings: Settings) -> faust.auth.Credentials | None:
@@ -363,32 +379,3 @@ def credentials(settings: Settings) -> faust.auth.Credentials | None:
     if context is not None:
         return faust.SSLCredentials(context)
     return None
-
-
-def _in_daemon_thread(work: Callable[[], None]) -> asyncio.Future[None]:
-    """Run `work` in a daemon thread: a calibration (minutes of simulation at worst) never
-    holds up the worker's exit, as asyncio.to_thread's pool threads would (the
-    interpreter joins those); a threshold not yet calibrated is calibrated on restart."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
-
-    def settle(error: BaseException | None) -> None:
-        if done.done():
-            return
-        if error is not None:
-            done.set_exception(error)
-        else:
-            done.set_result(None)
-
-    def run() -> None:
-        error: BaseException | None = None
-        try:
-            work()
-        except BaseException as exc:  # handed to the awaiting task
-            error = exc
-        with suppress(RuntimeError):  # the loop closed meanwhile: the worker is stopping
-            loop.call_soon_threadsafe(settle, error)
-
-    threading.Thread(target=run, name="ragmon-calibration", daemon=True).start()
-    return done
-

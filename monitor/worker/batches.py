@@ -1,69 +1,219 @@
-"""An agent's events gathered into batches, folded, then acknowledged one batch at a time."""
+"""Whole fetches from Faust's consumer handed to the worker as batches, below Faust's
+per-event stream.
+
+Faust stays the engine: group membership, partition assignment and the rebalance
+callbacks, offset commits (its commit timer and `broker_commit_every`), the fetcher
+service and the app's lifecycle. What is cut is its per-message path: the drain loop
+(`faust.transport.consumer.Consumer._drain_messages`) turns every record into a
+`Message`, dispatches it through the conductor into a channel queue, wraps it in an
+`Event` and yields it to an agent's stream, ~200 us of the Faust process per message
+(a bare counting agent reads ~4.6k messages/s where aiokafka's `getmany` reads ~140k/s:
+`benchmarks/RESULTS.md`). `BatchConsumer` replaces only that loop: it takes what
+`_wait_next_records` returns (aiokafka's `getmany`, the records of every active
+partition) and hands the records, untouched, to one handler per fetch. The seam is the
+drain because everything above it (flow control, which partitions are active, the
+commit bookkeeping) is what Faust's own drain uses too.
+
+Guarantees, as with the per-event stream:
+
+- Acknowledged only after the handler says so (`acknowledge`): the handler folds and
+  checkpoints first, so a committed offset never passes a checkpoint.
+- Back-pressure: the drain gathers the next batch while the handler folds the last
+  one, and waits when one batch is ready and not yet taken; aiokafka's prefetch is
+  bounded by its fetch sizes, so a slow fold slows reading, not memory.
+- Rebalances: `epoch` moves whenever Faust stops the flow (a rebalance begins) or a
+  partition is sought (a rewind). A batch fetched in an earlier epoch is not folded
+  (`current`): its records are read again, since after a rebalance Faust seeks every
+  assigned partition to its committed offset, and a gather that saw the epoch move
+  seeks again (its last fetch may hold records from after that seek). A batch
+  folding when a rebalance begins finishes first: the worker's revoke handler waits
+  for it. Records read again are skipped by offset where a checkpoint holds them.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
-__all__ = ["BatchSink", "Batches"]
+import faust
+from faust.transport.drivers.aiokafka import Consumer
+from faust.types import TP
+
+__all__ = ["Batch", "BatchApp", "BatchConsumer"]
 
 log = logging.getLogger("ragmon.worker")
 
 
-class BatchSink(Protocol):
-    """What a batch is folded into (the worker)."""
+class Batch(NamedTuple):
+    """One fetch: aiokafka `ConsumerRecord`s by partition, and the epoch it was read in."""
 
-    settings: Any
+    records: Mapping[TP, Sequence[Any]]
+    epoch: int
 
-    async def fold(self, events: list[Any], kind: str) -> None: ...
+    def __len__(self) -> int:
+        return sum(len(records) for records in self.records.values())
 
-    def restart_in_place(self) -> None: ...
 
+class BatchConsumer(Consumer):
+    """Faust's aiokafka consumer, draining whole fetches into `handler`."""
 
-class Batches:
-    """Events of one agent gathered into batches of `batch_size`, or what arrived within
-    `batch_seconds`, folded, then acknowledged (and so committed) one batch at a time.
+    handler: Callable[[Batch], Awaitable[None]]  # set by whoever makes the consumer
+    epoch = 0
+    # Records to gather before a batch is handed over, and the longest the first of them
+    # waits for more (the worker's `batch_size`, `batch_seconds`): few checkpoints at a
+    # low rate, big batches in a backlog.
+    gather_records = 4000
+    gather_seconds = 0.5
 
-    Faust's own `take_events` does this with a coroutine per event that measured ~10% of
-    a bare agent's rate on this machine (`benchmarks/RESULTS.md`); here the agent iterates
-    a stream without automatic acks, as a bare agent does, and acks after the fold."""
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._sought: dict[TP, tuple[int, int]] = {}  # by partition: (epoch, offset)
 
-    def __init__(self, worker: BatchSink, kind: str, stream: Any) -> None:
-        self.worker = worker
-        self.kind = kind
-        self.stream = stream
-        self.pending: list[Any] = []
-        self.since = 0.0  # monotonic time the oldest pending event arrived
-        self._lock = asyncio.Lock()  # batches fold in the order they were taken
+    def stop_flow(self) -> None:
+        self.epoch += 1  # a rebalance begins: what was fetched before is read again
+        super().stop_flow()
 
-    def add(self, event: Any) -> int:
-        if not self.pending:
-            self.since = time.monotonic()
-        self.pending.append(event)
-        return len(self.pending)
+    async def seek(self, partition: TP, offset: int) -> None:
+        self.epoch += 1
+        self._sought[partition] = (self.epoch, offset)
+        await super().seek(partition, offset)
 
-    async def flush(self) -> None:
-        async with self._lock:
-            events, self.pending = self.pending, []
-            if not events:
+    async def _seek_again(self, since: int) -> None:
+        """Seek once more every partition sought after epoch `since` (a rewind; its
+        offset 0 may not be committed yet)."""
+        for tp, (epoch, offset) in list(self._sought.items()):
+            if epoch > since:
+                await super().seek(tp, offset)
+
+    def current(self, batch: Batch) -> bool:
+        """Whether `batch` was read since the last rebalance or seek."""
+        return batch.epoch == self.epoch
+
+    def acknowledge(self, tp: TP, offsets: Sequence[int]) -> None:
+        """Mark a partition's folded offsets (ascending) as acknowledged, for Faust's next
+        commit. Offsets between them that hold no record (compaction, transaction
+        markers) are acknowledged with them, and so is a gap right after the committed
+        offset, as Faust's own drain does with `_add_gap`: a gap would hold commits back
+        for good."""
+        if not offsets or not self.app.topics.acks_enabled_for(tp.topic):
+            return
+        first, last = offsets[0], offsets[-1]
+        committed = self._committed_offset[tp]
+        acked = self._acked[tp]
+        if committed is not None and committed < first and not acked:
+            first = committed
+        index = self._acked_index[tp]
+        fresh = [offset for offset in range(first, last + 1) if offset not in index]
+        index.update(fresh)
+        acked.extend(fresh)
+        self._n_acked += len(fresh)
+
+    async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - Faust's
+        """Faust's fetcher loop: gather the next batch while the last one folds (one
+        batch waits at most: back-pressure), commit every `commit_every`."""
+        consumer_stopped = self._stopped.is_set
+        fetcher_stopped = fetcher._stopped.is_set
+        ready: asyncio.Queue[Batch] = asyncio.Queue(maxsize=1)
+        taker = asyncio.ensure_future(self._take(ready))
+        try:
+            while not (consumer_stopped() or fetcher_stopped()):
+                batch = await self._gather()
+                if batch is not None:
+                    await _put(ready, batch, taker)
+        except self.consumer_stopped_errors:
+            if self.transport.app.should_stop:
+                log.info("broker stopped the consumer; shutting down")
                 return
-            try:
-                await self.worker.fold(events, self.kind)
-            except Exception:
-                # Later batches must not fold past this one (their offsets would make a
-                # restore skip it): start again from the checkpoints, as after kill -9.
-                log.exception("folding a batch of %d %s failed: restarting in place",
-                              len(events), self.kind)
-                self.worker.restart_in_place()
-            for event in events:
-                await self.stream.ack(event)
+            raise
+        except asyncio.CancelledError:
+            if self.transport.app.should_stop:
+                return
+            raise
+        finally:
+            taker.cancel()
 
-    async def flush_when_idle(self) -> None:
-        """Fold what waited `batch_seconds` while no batch filled."""
-        seconds = self.worker.settings.batch_seconds
+    async def _take(self, ready: asyncio.Queue[Batch]) -> None:
         while True:
-            await asyncio.sleep(seconds / 4)
-            if self.pending and time.monotonic() - self.since >= seconds:
-                await self.flush()
+            await self.handler(await ready.get())
+            commit_every = self._commit_every
+            if commit_every is not None and self._n_acked >= commit_every:
+                self._n_acked = 0
+                await self.commit()
+
+    async def _gather(self) -> Batch | None:
+        """Fetches of one epoch, until `gather_records` or `gather_seconds` after the
+        first record; `None` if nothing came or a rebalance began meanwhile."""
+        loop = asyncio.get_running_loop()
+        records: dict[TP, list[Any]] = {}
+        epoch, count, deadline = self.epoch, 0, 0.0
+        while count < self.gather_records:
+            wait = 1.0 if not count else deadline - loop.time()
+            if wait <= 0:
+                break
+            fetched = await self._fetch(min(wait, 1.0))
+            if self.epoch != epoch:
+                # This fetch may hold records from after the rebalance's or the rewind's
+                # seek (Faust resumes the flow after seeking): read them again.
+                await self.perform_seek()
+                await self._seek_again(since=epoch)
+                return None
+            if self.should_stop:
+                return None
+            if not fetched:
+                if not count:
+                    return None
+                continue
+            if not count:
+                deadline = loop.time() + self.gather_seconds
+            for tp, found in fetched.items():
+                records.setdefault(tp, []).extend(found)
+                count += len(found)
+        return Batch(records, epoch)
+
+    async def _fetch(self, timeout: float) -> dict[TP, list[Any]]:
+        """One fetch of the active partitions (as Faust's `getmany`, without a `Message`
+        per record)."""
+        fetched, active = await self._wait_next_records(timeout)
+        await asyncio.sleep(0)  # Faust's drain does too: a busy fetch loop must yield
+        if not fetched:
+            return {}
+        if not self.flow_active:
+            await self.perform_seek()  # as Faust's getmany: flow stopped mid-fetch
+            return {}
+        kept: dict[TP, list[Any]] = {}
+        for tp, found in fetched.items():
+            if found and (active is None or tp in active or tp in self._buffered_partitions):
+                self.app.monitor.track_tp_end_offset(tp, self.highwater(tp))
+                self._read_offset[tp] = found[-1].offset
+                kept[tp] = found
+        return kept
+
+
+
+class BatchApp(faust.App):
+    """Faust's app with a consumer that hands whole fetches to `take` (set before the
+    consumer is first used)."""
+
+    take: Callable[[Batch], Awaitable[None]]
+    gather: tuple[int, float]  # records, seconds
+
+    def _new_consumer(self) -> BatchConsumer:
+        consumer = BatchConsumer(self.transport, callback=self.topics.on_message,
+                                 on_partitions_revoked=self._on_partitions_revoked,
+                                 on_partitions_assigned=self._on_partitions_assigned,
+                                 beacon=self.beacon, loop=self.loop)
+        consumer.handler = self.take
+        consumer.gather_records, consumer.gather_seconds = self.gather
+        return consumer
+
+
+async def _put(ready: asyncio.Queue[Batch], batch: Batch, taker: asyncio.Future[None]) -> None:
+    """Queue `batch` for `taker`, or raise what ended it (it folds until cancelled)."""
+    put = asyncio.ensure_future(ready.put(batch))
+    await asyncio.wait((put, taker), return_when=asyncio.FIRST_COMPLETED)
+    if not put.done():
+        put.cancel()
+        taker.result()  # raises
+        raise RuntimeError("the batch taker ended")

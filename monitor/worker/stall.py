@@ -5,8 +5,8 @@ runs (about half, on the embedded broker) its Faust agent then receives no furth
 events although the partitions hold unread decisions: the consumer's fetch and every
 agent sit idle, no error is raised (task dumps show only idle waits; the cause looks
 like the interplay of Faust's take_events buffer with an eager rebalance, not found
-yet; since session 8 the agents gather their own batches instead). A fresh process
-never showed it. So the watchdog treats "decisions are waiting
+yet; the worker now reads whole fetches below Faust's stream, monitor/worker/batches.py).
+A fresh process never showed it. So the watchdog treats "decisions are waiting
 in partitions this worker owns, and no batch completed for `stall_seconds`" as a stall
 and restarts the worker in place (same PID, same arguments): the checkpoints make a
 restart exact, as after kill -9.
