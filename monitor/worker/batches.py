@@ -110,7 +110,7 @@ class BatchConsumer(Consumer):
         acked.extend(fresh)
         self._n_acked += len(fresh)
 
-    async def _drain_messages(self, fetcher: Any) -> None:  # pragma: no cover - Faust's
+    async def _drain_messages(self, fetcher: Any) -> None:
         """Faust's fetcher loop: gather the next batch while the last one folds (one
         batch waits at most: back-pressure), commit every `commit_every`."""
         consumer_stopped = self._stopped.is_set
@@ -189,7 +189,6 @@ class BatchConsumer(Consumer):
                 self._read_offset[tp] = found[-1].offset
                 kept[tp] = found
         return kept
-
 
 
 class BatchApp(faust.App):
