@@ -108,6 +108,9 @@ class Worker:
         later batches must not fold past this one (their offsets would make a restore
         skip it): the worker starts again from its checkpoints, as after kill -9."""
         consumer = cast(BatchConsumer, self.app.consumer)
+        # One batch at a time, and never during a revoke or a rewind (they take the lock
+        # too): a checkpoint never holds a batch's counts without its offsets, nor a
+        # de-duplication segment of a batch it does not hold.
         async with self._folding:
             if not consumer.current(batch):
                 self.health.batches_dropped += 1
@@ -140,11 +143,9 @@ class Worker:
                     if tp.topic in self.topics} | set(records)
         await self._retrying(partial(self.partitions.recover_all, assigned),
                              f"partitions {sorted(assigned)}: recovery")
-        groups = []
-        for partition, found in sorted(records.items()):
-            groups.append(Group(partition, topic, [r.offset for r in found],
-                                [r.value if isinstance(r.value, bytes) else b""
-                                 for r in found]))
+        groups = [Group(partition, topic, [r.offset for r in found],
+                        [r.value if isinstance(r.value, bytes) else b"" for r in found])
+                  for partition, found in sorted(records.items())]
         with self.tracer.start_as_current_span("ragmon.fold"):
             folded = await self.partitions.fold(kind, groups)
         for done in folded:
