@@ -61,8 +61,8 @@ FETCH_BYTES = 16 * 1024 * 1024  # per partition and fetch
 T = TypeVar("T")
 # The worker's own counters, carried on through a restart in place (the rest of its
 # health is read afresh; input counters come from the checkpoints).
-CARRIED_HEALTH = ("dlq_produced", "batch_seconds", "batches", "errors", "replayed_skipped",
-                  "checkpoints", "state_lost")
+CARRIED_HEALTH = ("dlq_produced", "batch_seconds", "batches", "batches_dropped", "errors",
+                  "replayed_skipped", "checkpoints", "state_lost")
 class Worker:
     """The Faust app and the per-partition state it folds into; `build()` makes one."""
 

@@ -63,9 +63,9 @@ class BatchConsumer(Consumer):
     epoch = 0
     # Records to gather before a batch is handed over, and the longest the first of them
     # waits for more (the worker's `batch_size`, `batch_seconds`): few checkpoints at a
-    # low rate, big batches in a backlog.
-    gather_records = 4000
-    gather_seconds = 0.5
+    # low rate, big batches in a backlog. Set with `handler`.
+    gather_records: int
+    gather_seconds: float
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
