@@ -178,12 +178,18 @@ class Worker:
 
     async def stage_two(self) -> None:
         """Merge the newest checkpoint of every partition (whoever wrote it), detect on the
-        releases this worker owns, and swap in a new snapshot for the scrapes."""
+        releases this worker owns, and swap in a new snapshot for the scrapes.
+
+        Every checkpoint read is taken in turn, not only the newest of each partition:
+        each carries the windows its partition closed last (`RECENT_CLOSED`), and a worker
+        reading a backlog writes several a second; taking only the newest skipped the
+        windows between (a reference frozen on a window whose successors were never
+        judged had no verdict, and so no threshold, until traffic came again)."""
         assignment = self.app.consumer.assignment() if self.app.consumer else set()
         self.owned = frozenset(tp.partition for tp in assignment
                                if tp.topic == self.settings.topic_decisions)
         prefix = f"{self.settings.app_id}:{self.settings.topic_decisions}:".encode()
-        for key, blob in (await self.partials.poll()).items():
+        for key, blob in await self.partials.poll():
             if key.startswith(prefix):
                 try:
                     self.merger.update(key, blob)

@@ -119,7 +119,8 @@ async def end_offsets(settings: Settings, topic: str, partitions: list[int]) -> 
 
 class Tail:
     """Follows every partition of a topic without a consumer group, from the beginning:
-    each `poll` returns the newest value per key among the records read since the last.
+    each `poll` returns the records read since the last, (key, value) in the order read
+    (per partition: the order written), those without a key or a value left out.
 
     A partition whose end falls behind the position read (an in-memory broker restarted
     with an empty log; Tansu then returns no records rather than an out-of-range error)
@@ -134,28 +135,27 @@ class Tail:
         self._consumer: AIOKafkaConsumer | None = None
         self._checked = 0.0
 
-    async def poll(self, max_polls: int = 50) -> dict[bytes, bytes]:
+    async def poll(self, max_polls: int = 50) -> list[tuple[bytes, bytes]]:
         if self._consumer is None:
             consumer = AIOKafkaConsumer(**aiokafka_options(self.settings), group_id=None,
                                         enable_auto_commit=False, auto_offset_reset="earliest")
             await consumer.start()
             consumer.assign([TopicPartition(self.topic, p) for p in range(self.partitions)])
             self._consumer = consumer
-        newest: dict[bytes, bytes] = {}
+        read: list[tuple[bytes, bytes]] = []
         try:
             for _ in range(max_polls):
                 batches = await self._consumer.getmany(timeout_ms=10, max_records=2_000)
                 records = [r for rs in batches.values() for r in rs]
-                for record in records:
-                    if record.key is not None and record.value is not None:
-                        newest[record.key] = record.value
+                read += [(record.key, record.value) for record in records
+                         if record.key is not None and record.value is not None]
                 if not records:
                     await self._rewind_if_behind()
                     break
         except Exception:
             await self.stop()  # start again from the beginning: what was read is newest
             raise
-        return newest
+        return read
 
     async def _rewind_if_behind(self) -> None:
         consumer = self._consumer
