@@ -164,6 +164,24 @@ class Settings(BaseSettings):
     slice_values_allowed: dict[str, list[str]] = Field(default_factory=dict)
     alarm_hold_windows: int = Field(default=30, ge=1)
     topic_references: str = "ragmon.references"
+    # The `otlp` intake (docs: CONTRACT.md, "Decisions from OpenTelemetry spans"): the
+    # topic the Collector's Kafka exporter writes (its default is `otlp_spans`); unset =
+    # off. Spans are re-keyed by trace id into `topic_spans` (so a trace's spans meet
+    # whatever partitioner the exporter used), gathered per trace, and each trace with a
+    # `rag.decision` is produced to `topic_decisions` as one decision message.
+    otlp_topic: str | None = None
+    topic_spans: str = "ragmon.spans"
+    # The exporter's default `max_message_bytes`: a limit of its own.
+    otlp_max_message_bytes: int = Field(default=1_000_000, ge=1024, le=64 * 1024 * 1024)
+    # A trace is assembled once its decision and root spans are in and this long has
+    # passed (on the spans' own clock) since its newest span ended...
+    otlp_grace_seconds: float = Field(default=2.0, ge=0, le=600)
+    # ... or, when they never both arrive, this long after it was first seen.
+    otlp_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    # Traces waiting per spans partition (the oldest is evicted beyond it, counted), and
+    # spans kept per trace (those a decision can use; more are counted, not kept).
+    otlp_pending_max: int = Field(default=20_000, ge=10, le=10_000_000)
+    otlp_spans_per_trace_max: int = Field(default=256, ge=2, le=100_000)
     # Self-tracing: the standard OpenTelemetry switch (the SDK reads OTEL_EXPORTER_OTLP_*).
     otel_traces_exporter: str | None = Field(
         default=None, validation_alias=AliasChoices("otel_traces_exporter",

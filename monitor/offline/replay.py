@@ -20,6 +20,7 @@ from monitor.aggregate.derive import summarize
 from monitor.aggregate.pipeline import Pipeline
 from monitor.aggregate.table import TOTAL
 from monitor.ingest.parse import Rejection, payload_form
+from monitor.ingest.spans import SpanIntake
 from monitor.offline import terminal as render
 from monitor.offline.files import (
     BATCH,
@@ -29,6 +30,7 @@ from monitor.offline.files import (
     open_out,
     total_bytes,
 )
+from monitor.offline.spans import decision_batches, summary_of
 from monitor.settings import load
 
 __all__ = ["add_parser", "build"]
@@ -59,6 +61,10 @@ def add_parser(sub: Any, sample: Sample) -> None:
     replay.add_argument("--allowed-lateness-seconds", type=int, metavar="S",
                         help="fold traces up to S seconds behind the newest one "
                              "(default: the setting allowed_lateness_seconds)")
+    replay.add_argument("--otlp", action="store_true",
+                        help="FILEs hold OpenTelemetry spans, one otlp_json message a line "
+                             "(the Collector's file exporter): decisions are assembled from "
+                             "spans carrying rag.decision, as the worker's otlp intake does")
     replay.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     replay.set_defaults(run=_replay, make_sample=sample)
 
@@ -100,7 +106,11 @@ def _replay(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {}
     if args.allowed_lateness_seconds is not None:
         overrides["allowed_lateness_seconds"] = args.allowed_lateness_seconds
-    pipeline = Pipeline(load(args.config, **overrides))
+    settings = load(args.config, **overrides)
+    pipeline = Pipeline(settings)
+    if args.otlp and args.sample:
+        raise InputError("replay --otlp needs FILE arguments (not --sample)")
+    intake = SpanIntake(settings) if args.otlp else None
     paths = [*args.labels, *args.feedback, *args.files]
     check_readable(paths)
     where, dead = "the start", 0  # for the message if interrupted
@@ -115,7 +125,17 @@ def _replay(args: argparse.Namespace) -> int:
                         dead += _write_dead(dlq, path, numbers,
                                             pipeline.feed_events(lines, kind))
                         where = f"{path} line {numbers[-1]}"
-            for path in args.files:
+            if intake is not None:
+                def write(record: dict[str, Any]) -> None:
+                    nonlocal dead
+                    dead += 1
+                    if dlq is not None:
+                        dlq.write(json.dumps(record, ensure_ascii=False) + "\n")
+                for numbers, lines in decision_batches(intake, args.files, progress, write):
+                    dead += _write_dead(dlq, "<assembled from spans>", numbers,
+                                        pipeline.feed(lines))
+                    pipeline.close_ready()
+            for path in args.files if intake is None else ():
                 for numbers, lines in batches(path, progress):
                     dead += _write_dead(dlq, path, numbers, pipeline.feed(lines))
                     where = f"{path} line {numbers[-1]}"
@@ -130,6 +150,8 @@ def _replay(args: argparse.Namespace) -> int:
         return 130
     pipeline.close_ready(final=True)
     summary = build(pipeline)
+    if intake is not None:
+        summary["otlp"] = summary_of(intake)
     if args.out:
         with open_out(args.out) as out:
             json.dump(summary, out, indent=2)

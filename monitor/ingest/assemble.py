@@ -1,0 +1,174 @@
+"""One OTel trace's spans -> one `rag-decision/1` message (CONTRACT.md, "Decisions from
+OpenTelemetry spans"): the mapping, first match wins.
+
+The result is the JSON bytes a producer would have sent to the decisions topic, and it
+goes through exactly the same parse, validation, de-duplication and fold: a `rag.decision`
+of `maybe` or a trace without a release is rejected there, with the contract's reasons.
+Only what `monitor/ingest/otlp.py` kept reaches here, so content never does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from monitor.ingest.otlp import Span, Value
+
+__all__ = ["assemble", "decision_span", "is_root"]
+
+_LLM_OPERATIONS: Final = frozenset({"chat", "text_completion", "generate_content"})
+_SYSTEM: Final = ("model", "embedding_model", "index_version", "reranker", "prompt_version",
+                  "gate_config")
+_TOP: Final = ("query_tokens", "cluster", "decision", "reason", "rule")
+
+
+def is_root(span: Span) -> bool:
+    return not span.parent
+
+
+def decision_span(spans: Iterable[Span]) -> Span | None:
+    """The span carrying `rag.decision` (the last to end, if several do)."""
+    found = [span for span in spans if "rag.decision" in span.attrs]
+    return max(found, key=lambda span: span.end) if found else None
+
+
+def assemble(trace_id: str, spans: list[Span]) -> bytes | None:
+    """The decision message of an OTel trace, or None when no span carries `rag.decision`."""
+    decision = decision_span(spans)
+    if decision is None:
+        return None
+    ordered = sorted(spans, key=lambda span: span.start)
+    # rag.* attributes: the decision span's first, then the others' by start time.
+    rag: dict[str, Value] = {}
+    for span in [*reversed(ordered), decision]:  # later writes win: the decision span last
+        for key, value in span.attrs.items():
+            if key.startswith("rag."):
+                rag[key] = value
+    llms = [span for span in ordered if _kind(span) == "LLM"]
+    retrievals = [span for span in ordered if _kind(span) == "RETRIEVER"]
+    embeddings = [span for span in ordered if _kind(span) == "EMBEDDING"]
+    roots = [span for span in ordered if is_root(span)]
+    message: dict[str, Any] = {
+        "schema": "rag-decision/1",
+        "trace_id": rag.get("rag.trace_id", trace_id),
+        "ts": _rfc3339(decision.end),
+        "otel": {"trace_id": trace_id, "span_id": decision.span_id},
+    }
+    system = {"app": rag.get("rag.app", decision.service),
+              "release": rag.get("rag.release", decision.version)}
+    system["model"] = rag.get("rag.model", _first(
+        span.attrs.get(name) for span in llms
+        for name in ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name")))
+    system["embedding_model"] = rag.get("rag.embedding_model", _first(
+        span.attrs.get(name) for span in embeddings
+        for name in ("gen_ai.request.model", "embedding.model_name")))
+    system["index_version"] = rag.get("rag.index_version", _first(
+        span.attrs.get("gen_ai.data_source.id") for span in retrievals))
+    system["reranker"] = rag.get("rag.reranker", _first(
+        span.attrs.get("reranker.model_name") for span in ordered))
+    system["prompt_version"] = rag.get("rag.prompt_version", _first(
+        span.attrs.get("llm.prompt_template.version") for span in ordered))
+    system["gate_config"] = rag.get("rag.gate_config")
+    message["system"] = {key: value for key, value in system.items() if value is not None}
+    for name in _TOP:
+        if f"rag.{name}" in rag:
+            message[name] = rag[f"rag.{name}"]
+    message.update(_grouped(rag, "slice"))
+    signals = _grouped(rag, "signals").get("signals", {})
+    last = retrievals[-1] if retrievals else None
+    scores = [score for _, score in last.docs if score is not None] if last else []
+    if "top_score" not in signals and scores:
+        signals["top_score"] = max(scores)
+    if signals:
+        message["signals"] = signals
+    if last is not None:
+        top_k = _first(last.attrs.get(name) for name in ("gen_ai.request.top_k", "reranker.top_k"))
+        message["retrieval"] = {
+            "chunk_ids": [doc_id for doc_id, _ in last.docs if doc_id is not None],
+            "top_k": top_k if top_k is not None else len(last.docs)}
+    claims = [_claim(attrs) for span in ordered for name, attrs in span.events
+              if name == "rag.claim"]
+    if claims:
+        message["claims"] = claims
+    for group, names in (("requirements", ("expected", "covered", "critical", "rubric")),
+                         ("checks", ("citation", "verbatim", "self_check"))):
+        found = {name: rag[f"rag.{group}.{name}"] for name in names if f"rag.{group}.{name}" in rag}
+        if found:
+            message[group] = found
+    message["usage"] = _usage(rag, llms, roots[0] if roots else decision)
+    evals = _evals(ordered)
+    evals.update(_grouped(rag, "evals").get("evals", {}))
+    if evals:
+        message["evals"] = evals
+    return json.dumps(message, separators=(",", ":"), allow_nan=True).encode()
+
+
+def _kind(span: Span) -> str | None:
+    """LLM, RETRIEVER, EMBEDDING, RERANKER (OpenInference's names) or None."""
+    kind = span.attrs.get("openinference.span.kind")
+    if isinstance(kind, str) and kind:
+        return kind.upper()
+    operation = span.attrs.get("gen_ai.operation.name")
+    if operation in _LLM_OPERATIONS:
+        return "LLM"
+    if operation == "embeddings":
+        return "EMBEDDING"
+    if operation == "retrieval" or span.docs:
+        return "RETRIEVER"
+    return None
+
+
+def _grouped(rag: dict[str, Value], group: str) -> dict[str, dict[str, Value]]:
+    """`rag.<group>.<name>` attributes as `{group: {name: value}}` (nothing when none)."""
+    prefix = f"rag.{group}."
+    found = {key[len(prefix):]: value for key, value in rag.items() if key.startswith(prefix)}
+    return {group: found} if found else {}
+
+
+def _claim(attrs: dict[str, Value]) -> dict[str, Value]:
+    return {key[len("rag.claim."):]: value for key, value in attrs.items()
+            if key.startswith("rag.claim.")}
+
+
+def _usage(rag: dict[str, Value], llms: list[Span], timed: Span) -> dict[str, Value]:
+    usage: dict[str, Value] = {"latency_ms": max(timed.end - timed.start, 0) / 1e6}
+    for field, names in (("input_tokens", ("gen_ai.usage.input_tokens", "llm.token_count.prompt")),
+                         ("output_tokens", ("gen_ai.usage.output_tokens",
+                                            "llm.token_count.completion"))):
+        counts = [_first(span.attrs.get(name) for name in names) for span in llms]
+        if any(count is not None for count in counts):
+            usage[field] = sum(count for count in counts if isinstance(count, int | float))
+    if llms:
+        usage["model_calls"] = len(llms)
+    costs = [span.attrs["llm.cost.total"] for span in llms if "llm.cost.total" in span.attrs]
+    if "rag.usage.cost" in rag:
+        usage["cost"] = rag["rag.usage.cost"]
+    elif costs:
+        usage["cost"] = sum(cost for cost in costs if isinstance(cost, int | float))
+    return usage
+
+
+def _evals(spans: list[Span]) -> dict[str, Value]:
+    """GenAI `gen_ai.evaluation.result` events and OpenInference `evaluations.N`."""
+    found: dict[str, Value] = {}
+    for span in spans:
+        for name, score in span.evals:
+            if name is not None and score is not None:
+                found[name] = score
+        for event, attrs in span.events:
+            named, value = attrs.get("gen_ai.evaluation.name"), attrs.get(
+                "gen_ai.evaluation.score.value")
+            if event == "gen_ai.evaluation.result" and isinstance(named, str) and value is not None:
+                found[named] = value
+    return found
+
+
+def _first(values: Iterable[Any]) -> Any:
+    return next((value for value in values if value is not None and value != ""), None)
+
+
+def _rfc3339(unix_nanos: int) -> str:
+    stamp = datetime.fromtimestamp(unix_nanos // 1000 / 1e6, UTC)
+    return stamp.isoformat(timespec="microseconds").replace("+00:00", "Z")

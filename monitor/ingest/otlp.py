@@ -1,0 +1,339 @@
+"""OTLP trace messages in, content-free span fragments out (the `otlp` intake's first step).
+
+A message is an `otlp_proto` `TracesData` (the same bytes as an
+`ExportTraceServiceRequest`) or an `otlp_json` one, told apart by its first byte: JSON
+opens with `{`, a non-empty protobuf with a field tag (`0x0a`, `resource_spans`). Each
+OTel trace in it becomes one `Fragment`: the spans of that trace in that message, each
+with only the attributes and events the decision mapping reads (CONTRACT.md, "Decisions
+from OpenTelemetry spans"). Everything else is left behind here, before any buffer,
+checkpoint, log line or dead letter; attributes that carry content (`input.value`,
+`gen_ai.input.messages`, document contents, ...) are counted as they are dropped.
+
+`decode` never raises on bad bytes: it returns a `NotOtlp` with a reason and a detail
+that quotes nothing of the message.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any, Final, NamedTuple, TypeAlias
+
+import msgspec
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+
+from monitor.ingest.contract import CONTENT_FIELDS
+
+__all__ = ["MAX_MESSAGE_BYTES", "Decoded", "Fragment", "NotOtlp", "Span", "decode"]
+
+# The Collector's Kafka exporter's default `max_message_bytes`: a limit of its own,
+# not the 256 KiB of a decision message.
+MAX_MESSAGE_BYTES: Final = 1_000_000
+Value: TypeAlias = str | bool | int | float | list[Any]
+
+# Attributes read by the mapping, by exact name (besides every `rag.*`).
+_KEPT: Final = frozenset({
+    "openinference.span.kind", "gen_ai.operation.name",
+    "gen_ai.response.model", "gen_ai.request.model", "gen_ai.data_source.id",
+    "gen_ai.request.top_k", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
+    "llm.model_name", "llm.token_count.prompt", "llm.token_count.completion",
+    "llm.cost.total", "llm.prompt_template.version", "embedding.model_name",
+    "reranker.model_name", "reranker.top_k",
+    "gen_ai.evaluation.name", "gen_ai.evaluation.score.value",  # evaluation events
+})
+_DOCUMENT = re.compile(r"(?:retrieval|reranker\.output)\.documents\.(\d+)\.document\.(\w+)")
+_EVALUATION = re.compile(r"evaluations\.(\d+)\.evaluation\.(name|score)")
+# Attributes that carry content (CONTRACT.md), dropped and counted: by exact name, by
+# prefix, and any name whose last part is a content word (`*.content`, `rag.answer`).
+_CONTENT_NAMES: Final = frozenset({
+    "input.value", "output.value", "gen_ai.input.messages", "gen_ai.output.messages",
+    "gen_ai.system_instructions", "gen_ai.retrieval.query.text", "gen_ai.prompt",
+    "gen_ai.completion", "llm.prompt_template.template", "llm.prompt_template.variables",
+    "metadata",
+})
+_CONTENT_PREFIXES: Final = ("llm.input_messages.", "llm.output_messages.", "llm.prompts.",
+                            "llm.tools.", "gen_ai.prompt.", "gen_ai.completion.")
+_CONTENT_LAST: Final = CONTENT_FIELDS | {"metadata", "query"}
+_USED_KINDS: Final = frozenset({"LLM", "RETRIEVER", "EMBEDDING", "RERANKER"})
+# Events read by the mapping; the rest (logs, exceptions with their messages) are dropped.
+EVENTS: Final = frozenset({"rag.claim", "gen_ai.evaluation.result"})
+
+
+class Span(msgspec.Struct, array_like=True, gc=False):
+    """One span as the mapping needs it: ids, times, the resource's service name and
+    version, kept attributes, documents (id, score) in order, and kept events."""
+
+    span_id: str
+    parent: str                 # "" for a root span
+    start: int                  # unix nanoseconds
+    end: int
+    service: str | None
+    version: str | None
+    attrs: dict[str, Value]
+    docs: list[tuple[str | None, float | None]] = []
+    evals: list[tuple[str | None, float | None]] = []  # OpenInference evaluations.N
+    events: list[tuple[str, dict[str, Value]]] = []
+
+
+class Fragment(msgspec.Struct, array_like=True, gc=False):
+    """The spans of one OTel trace found in one message, and where that message was:
+    `(topic, partition, offset)`, or `(file, 0, line number)` offline."""
+
+    trace_id: str               # 32 lowercase hex chars
+    source: tuple[str, int, int]
+    spans: list[Span]           # those the mapping can use (see `_Gather.add`)
+    spans_read: int = 0         # all of the trace's spans in the message
+    dropped: int = 0            # content attributes left behind
+    end: int = 0                # the newest end time of all those spans (unix ns)
+
+
+class Decoded(NamedTuple):
+    fragments: list[Fragment]
+    spans: int
+    content_fields_dropped: int
+
+
+class NotOtlp(NamedTuple):
+    """A message that is not OTLP trace data: why (a rejection reason), and a detail that
+    quotes none of its bytes."""
+
+    reason: str
+    detail: str
+
+
+def decode(raw: bytes, source: tuple[str, int, int],
+           max_bytes: int = MAX_MESSAGE_BYTES) -> Decoded | NotOtlp:
+    """The fragments of one `otlp_proto` or `otlp_json` message."""
+    if len(raw) > max_bytes:
+        return NotOtlp("too_large", f"{len(raw)} bytes > limit {max_bytes}")
+    gather = _Gather(source)
+    if raw.lstrip()[:1] == b"{":
+        try:
+            document = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            return NotOtlp("not_otlp", "otlp_json: not JSON")
+        if not isinstance(document, dict) or not isinstance(document.get("resourceSpans"), list):
+            return NotOtlp("not_otlp", "otlp_json: no resourceSpans array")
+        try:
+            _walk_json(document, gather)
+        except (TypeError, ValueError, AttributeError, KeyError, binascii.Error) as exc:
+            return NotOtlp("not_otlp", f"otlp_json: not trace data ({type(exc).__name__})")
+    else:
+        data = TracesData()
+        try:
+            data.ParseFromString(raw)
+        except (DecodeError, RuntimeError):
+            return NotOtlp("not_otlp", "otlp_proto: not a TracesData message")
+        try:
+            _walk_proto(data, gather)
+        except ValueError as exc:
+            return NotOtlp("not_otlp", f"otlp_proto: {exc}")
+    return Decoded(list(gather.by_trace.values()), gather.spans, gather.dropped)
+
+
+class _Gather:
+    """Spans of one message, grouped by trace as they are walked."""
+
+    def __init__(self, source: tuple[str, int, int]) -> None:
+        self.source = source
+        self.by_trace: dict[str, Fragment] = {}
+        self.spans = 0
+        self.dropped = 0
+
+    def add(self, trace_id: str, span: Span, dropped: int) -> None:
+        """Count `span` in its trace's fragment; keep it if the mapping can use it (a
+        root; documents, evaluations, kept events; a kept attribute other than the span
+        kind of a chain, tool or agent)."""
+        fragment = self.by_trace.get(trace_id)
+        if fragment is None:
+            fragment = self.by_trace[trace_id] = Fragment(trace_id, self.source, [])
+        fragment.spans_read += 1
+        fragment.dropped += dropped
+        fragment.end = max(fragment.end, span.end)
+        self.spans += 1
+        attrs = span.attrs
+        if (not span.parent or span.docs or span.evals or span.events
+                or len(attrs) > 1 or attrs.get("openinference.span.kind", "CHAIN") in _USED_KINDS):
+            fragment.spans.append(span)
+
+    def keep(self, pairs: Iterable[tuple[str, Value]], span: Span) -> None:
+        """Put the attributes the mapping reads into `span`; count content dropped."""
+        attrs = span.attrs
+        for key, value in pairs:
+            if key.startswith("rag.") or key in _KEPT:
+                if _is_content(key):
+                    self.dropped += 1
+                else:
+                    attrs[key] = value
+            elif (found := _DOCUMENT.fullmatch(key)) is not None:
+                # Every numbered document counts (OpenInference's LangChain documents have
+                # only content and metadata); only its id and score are kept.
+                field = found[2]
+                _put(span.docs, int(found[1]), {"id": 0, "score": 1}.get(field), value)
+                self.dropped += field not in ("id", "score") and _is_content(key)
+            elif (found := _EVALUATION.fullmatch(key)) is not None:
+                _put(span.evals, int(found[1]), 0 if found[2] == "name" else 1, value)
+            elif key == "gen_ai.retrieval.documents":
+                span.docs.extend(self._documents(value))
+            elif _is_content(key):
+                self.dropped += 1
+
+    def _documents(self, value: Value) -> list[tuple[str | None, float | None]]:
+        """GenAI `gen_ai.retrieval.documents`: a JSON array of `{"id", "score"}` (anything
+        else in it, such as a document's content, is left behind and counted)."""
+        try:
+            documents = json.loads(value) if isinstance(value, str) else value
+        except ValueError:
+            return []
+        found: list[tuple[str | None, float | None]] = []
+        for document in documents if isinstance(documents, list) else ():
+            if isinstance(document, dict):
+                self.dropped += sum(1 for key in document if key not in ("id", "score"))
+                found.append((_text(document.get("id")), _number(document.get("score"))))
+        return found
+
+
+def _walk_json(document: Any, gather: _Gather) -> None:
+    for resource_spans in document.get("resourceSpans") or ():
+        resource = _json_attributes((resource_spans.get("resource") or {}).get("attributes"))
+        service, version = _service(resource)
+        scopes = (resource_spans.get("scopeSpans")
+                  or resource_spans.get("instrumentationLibrarySpans") or ())
+        for scope in scopes:
+            for raw in scope.get("spans") or ():
+                before = gather.dropped
+                span = Span(_json_id(raw.get("spanId"), 16), _json_id(raw.get("parentSpanId"), 16),
+                            int(raw.get("startTimeUnixNano") or 0),
+                            int(raw.get("endTimeUnixNano") or 0), service, version, {})
+                gather.keep(_json_attributes(raw.get("attributes")), span)
+                for event in raw.get("events") or ():
+                    name = event.get("name") or ""
+                    if name in EVENTS:
+                        kept = Span("", "", 0, 0, None, None, {})
+                        gather.keep(_json_attributes(event.get("attributes")), kept)
+                        span.events.append((name, kept.attrs))
+                    else:
+                        gather.dropped += _content_count(_json_attributes(event.get("attributes")))
+                trace_id = _json_id(raw.get("traceId"), 32)
+                if len(trace_id) != 32 or len(span.span_id) != 16:
+                    raise ValueError("a span without a trace id or span id")
+                gather.add(trace_id, span, gather.dropped - before)
+
+
+def _walk_proto(data: TracesData, gather: _Gather) -> None:
+    for resource_spans in data.resource_spans:
+        service, version = _service(_proto_attributes(resource_spans.resource.attributes))
+        for scope in resource_spans.scope_spans:
+            for raw in scope.spans:
+                if len(raw.trace_id) != 16 or len(raw.span_id) != 8:
+                    raise ValueError("a span without a 16-byte trace id or 8-byte span id")
+                before = gather.dropped
+                span = Span(raw.span_id.hex(), raw.parent_span_id.hex(),
+                            raw.start_time_unix_nano, raw.end_time_unix_nano,
+                            service, version, {})
+                gather.keep(_proto_attributes(raw.attributes), span)
+                for event in raw.events:
+                    if event.name in EVENTS:
+                        kept = Span("", "", 0, 0, None, None, {})
+                        gather.keep(_proto_attributes(event.attributes), kept)
+                        span.events.append((event.name, kept.attrs))
+                    else:
+                        gather.dropped += _content_count(_proto_attributes(event.attributes))
+                gather.add(raw.trace_id.hex(), span, gather.dropped - before)
+
+
+def _proto_attributes(pairs: Any) -> Iterator[tuple[str, Value]]:
+    for pair in pairs:
+        yield pair.key, _proto_value(pair.value)
+
+
+def _proto_value(value: AnyValue) -> Value:
+    kind = value.WhichOneof("value")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "int_value":
+        return value.int_value
+    if kind == "double_value":
+        return value.double_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "array_value":
+        return [_proto_value(item) for item in value.array_value.values]
+    return ""  # kvlist and bytes values: nothing the mapping reads
+
+
+def _json_attributes(pairs: Any) -> Iterator[tuple[str, Value]]:
+    for pair in pairs or ():
+        yield pair["key"], _json_value(pair.get("value") or {})
+
+
+def _json_value(value: dict[str, Any]) -> Value:
+    if "stringValue" in value:
+        return str(value["stringValue"])
+    if "intValue" in value:
+        return int(value["intValue"])  # a string in OTLP/JSON (64-bit)
+    if "doubleValue" in value:
+        return float(value["doubleValue"])
+    if "boolValue" in value:
+        return bool(value["boolValue"])
+    if "arrayValue" in value:
+        return [_json_value(item) for item in (value["arrayValue"] or {}).get("values") or ()]
+    return ""
+
+
+def _json_id(value: Any, length: int) -> str:
+    """A trace or span id of OTLP/JSON: hex (the spec), or base64 (protobuf's own JSON
+    mapping, which some clients write); "" when absent."""
+    if not value:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError("an id that is not a string")
+    if len(value) == length and re.fullmatch(r"[0-9a-fA-F]+", value):
+        return value.lower()
+    decoded = base64.b64decode(value, validate=True)
+    if len(decoded) * 2 != length:
+        raise ValueError("an id of the wrong length")
+    return decoded.hex()
+
+
+def _service(resource: Iterable[tuple[str, Value]]) -> tuple[str | None, str | None]:
+    found = dict(resource)
+    name, version = found.get("service.name"), found.get("service.version")
+    return (name if isinstance(name, str) else None,
+            version if isinstance(version, str) else None)
+
+
+def _put(rows: list[tuple[Any, Any]], index: int, at: int | None, value: Value) -> None:
+    """Set field `at` (None: no field, the row only) of row `index` (documents and
+    evaluations come as numbered keys)."""
+    if index > 1000:  # a numbered key no instrumentor writes: not worth a row each
+        return
+    while len(rows) <= index:
+        rows.append((None, None))
+    first, second = rows[index]
+    if at == 0:
+        rows[index] = (_text(value), second)
+    elif at == 1:
+        rows[index] = (first, _number(value))
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _is_content(key: str) -> bool:
+    return (key in _CONTENT_NAMES or key.startswith(_CONTENT_PREFIXES)
+            or key.rpartition(".")[2] in _CONTENT_LAST)
+
+
+def _content_count(pairs: Iterable[tuple[str, Value]]) -> int:
+    return sum(1 for key, _ in pairs if _is_content(key))

@@ -1,0 +1,161 @@
+"""Spans gathered per OTel trace until the trace can be assembled into one decision.
+
+A trace is *ready* once its decision span (the one carrying `rag.decision`) and its root
+span have arrived and `grace_seconds` have passed on the buffer's clock since its newest
+span ended; a trace still waiting `timeout_seconds` after it was first seen is taken as
+it stands (`incomplete`, or `no_decision` when no span carries `rag.decision`). The
+clock is the input's own: the newest span end time seen (`SpanBuffer.due` may be given
+a later one, e.g. the worker's while its input is quiet). So a backlog read hours late
+assembles exactly as it would have live, and a replay of the same spans gives the same
+decisions.
+
+Bounded: at most `max_traces` traces wait (the oldest is evicted beyond that, counted)
+and at most `max_spans` spans are kept per trace (more are counted, not kept). A
+fragment seen twice (the same source message, redelivered) is merged once; spans of a
+trace already taken within the last `timeout_seconds` are counted `late` and dropped.
+Counters (`counts`) say where every span and every trace went.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Final, NamedTuple
+
+import lz4.frame
+import msgspec
+
+from monitor.ingest.otlp import Fragment, Span
+
+__all__ = ["SPAN_OUTCOMES", "TRACE_OUTCOMES", "Ready", "SpanBuffer"]
+
+TRACE_OUTCOMES: Final = ("assembled", "incomplete", "no_decision", "rejected", "evicted")
+SPAN_OUTCOMES: Final = ("read", "kept", "duplicate", "late", "over_limit")
+
+
+class Pending(msgspec.Struct, array_like=True, gc=False):
+    first: float                             # the buffer's clock when first seen
+    newest: float                            # the newest end time of its spans
+    sources: list[tuple[str, int, int]]      # the fragments merged, by source message
+    spans: list[Span]
+    decision: bool
+    root: bool
+    decision_source: tuple[str, int, int] | None = None  # the message of its decision span
+
+
+class _State(msgspec.Struct, array_like=True):
+    clock: float
+    pending: dict[str, Pending]
+    done: dict[str, float]
+    counts: dict[str, int]
+
+
+class Ready(NamedTuple):
+    """A trace taken from the buffer: its spans, whether it was complete, and the source
+    of the message that brought its decision span (None without one)."""
+
+    trace_id: str
+    spans: list[Span]
+    complete: bool
+    source: tuple[str, int, int] | None
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(_State)
+
+
+class SpanBuffer:
+    def __init__(self, grace_seconds: float, timeout_seconds: float, max_traces: int,
+                 max_spans: int) -> None:
+        self.grace = grace_seconds
+        self.timeout = timeout_seconds
+        self.max_traces = max_traces
+        self.max_spans = max_spans
+        self.clock = float("-inf")
+        self.pending: dict[str, Pending] = {}   # oldest first
+        self.done: dict[str, float] = {}        # taken recently: trace id -> clock
+        self.counts: Counter[str] = Counter(
+            {f"{kind}_{name}": 0 for kind, names in (("traces", TRACE_OUTCOMES),
+                                                     ("spans", SPAN_OUTCOMES)) for name in names}
+            | {"content_fields_dropped": 0})
+        self._complete: set[str] = set()       # pending with decision and root spans
+
+    def __len__(self) -> int:
+        return len(self.pending)
+
+    def add(self, fragment: Fragment) -> list[Ready]:
+        """Merge one fragment; the traces evicted to stay within bounds."""
+        count, spans_read = self.counts, fragment.spans_read
+        trace_id = fragment.trace_id
+        pending = self.pending.get(trace_id)
+        if pending is not None and fragment.source in pending.sources:
+            count["spans_duplicate"] += spans_read
+            return []
+        count["spans_read"] += spans_read
+        count["content_fields_dropped"] += fragment.dropped
+        if trace_id in self.done:
+            count["spans_late"] += spans_read
+            return []
+        newest = fragment.end / 1e9
+        self.clock = max(self.clock, newest)
+        if pending is None:
+            pending = self.pending[trace_id] = Pending(
+                self.clock, newest, [], [], False, False)
+        pending.sources.append(fragment.source)
+        pending.newest = max(pending.newest, newest)
+        room = self.max_spans - len(pending.spans)
+        kept = fragment.spans[:max(room, 0)]
+        pending.spans.extend(kept)
+        count["spans_kept"] += len(kept)
+        count["spans_over_limit"] += len(fragment.spans) - len(kept)
+        if any("rag.decision" in span.attrs for span in kept):
+            pending.decision, pending.decision_source = True, fragment.source
+        pending.root = pending.root or any(not s.parent for s in kept)
+        if pending.decision and pending.root:
+            self._complete.add(trace_id)
+        evicted = []
+        while len(self.pending) > self.max_traces:
+            oldest = next(iter(self.pending))
+            evicted.append(self._take(oldest, False))
+            count["traces_evicted"] += 1
+        return evicted
+
+    def due(self, clock: float | None = None, final: bool = False) -> list[Ready]:
+        """Take the traces ready at `clock` (the buffer's own when later), or every trace
+        (`final`, at the end of a file): complete ones first, then timed out ones."""
+        if clock is not None and clock > self.clock:
+            self.clock = clock
+        now = self.clock
+        taken = [self._take(trace_id, True) for trace_id in sorted(self._complete)
+                 if final or now >= self.pending[trace_id].newest + self.grace]
+        for trace_id in list(self.pending):
+            if not final and now < self.pending[trace_id].first + self.timeout:
+                break  # pending is oldest first
+            taken.append(self._take(trace_id, False))
+        for trace_id in [t for t, at in self.done.items() if at < now - self.timeout]:
+            del self.done[trace_id]
+        while len(self.done) > self.max_traces:
+            del self.done[next(iter(self.done))]
+        return taken
+
+    def count(self, outcome: str) -> None:
+        """Count a trace taken: `assembled`, `incomplete`, `no_decision` or `rejected`."""
+        self.counts[f"traces_{outcome}"] += 1
+
+    def _take(self, trace_id: str, complete: bool) -> Ready:
+        pending = self.pending.pop(trace_id)
+        self._complete.discard(trace_id)
+        self.done[trace_id] = self.clock
+        return Ready(trace_id, pending.spans, complete, pending.decision_source)
+
+    def to_bytes(self) -> bytes:
+        state = _State(self.clock, self.pending, self.done, dict(self.counts))
+        return bytes(lz4.frame.compress(_encoder.encode(state)))
+
+    def restore(self, blob: bytes) -> None:
+        """Put back what `to_bytes` wrote."""
+        state = _decoder.decode(lz4.frame.decompress(blob))
+        self.clock, self.pending, self.done = state.clock, state.pending, state.done
+        self.counts.update(state.counts)
+        self._complete = {trace_id for trace_id, p in self.pending.items()
+                          if p.decision and p.root}
+

@@ -1,0 +1,97 @@
+"""The `otlp` intake as one object: OTLP messages in, decision messages out.
+
+decode (content left behind, `monitor/ingest/otlp.py`) -> the span buffer
+(`monitor/ingest/spanbuffer.py`) -> one `rag-decision/1` message per trace that carries
+`rag.decision` (`monitor/ingest/assemble.py`) -> the contract's own validation (`parse`).
+What comes out is a decision message like any other: the caller folds it (replay) or
+produces it to the decisions topic (the worker), and the same fold takes it from there.
+`ragmon replay --otlp` and the worker run this same object.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import NamedTuple, Protocol
+
+from monitor.ingest.assemble import assemble
+from monitor.ingest.otlp import Decoded, Fragment, NotOtlp, decode
+from monitor.ingest.parse import Rejection, parse
+from monitor.ingest.spanbuffer import Ready, SpanBuffer
+
+__all__ = ["Assembled", "SpanIntake", "SpanSettings", "buffer_of"]
+
+
+class SpanSettings(Protocol):
+    """The settings the intake reads (`monitor.settings.Settings` has them)."""
+
+    @property
+    def otlp_grace_seconds(self) -> float: ...
+    @property
+    def otlp_timeout_seconds(self) -> float: ...
+    @property
+    def otlp_pending_max(self) -> int: ...
+    @property
+    def otlp_spans_per_trace_max(self) -> int: ...
+    @property
+    def otlp_max_message_bytes(self) -> int: ...
+    @property
+    def max_message_bytes(self) -> int: ...
+
+
+class Assembled(NamedTuple):
+    """A decision assembled from a trace's spans: its message, or why it was rejected
+    (the dead letter's payload holds no content: nothing with content was read), and
+    the source of the message that brought its decision span."""
+
+    trace_id: str
+    raw: bytes | None
+    rejection: Rejection | None
+    source: tuple[str, int, int] | None
+
+
+def buffer_of(settings: SpanSettings) -> SpanBuffer:
+    return SpanBuffer(settings.otlp_grace_seconds, settings.otlp_timeout_seconds,
+                      settings.otlp_pending_max, settings.otlp_spans_per_trace_max)
+
+
+class SpanIntake:
+    def __init__(self, settings: SpanSettings) -> None:
+        self.settings = settings
+        self.buffer = buffer_of(settings)
+        self.messages: Counter[str] = Counter(read=0, rejected=0)
+
+    def read(self, raw: bytes, source: tuple[str, int, int]) -> Decoded | NotOtlp:
+        """Decode one message and count it (its fragments are not merged yet)."""
+        self.messages["read"] += 1
+        found = decode(raw, source, self.settings.otlp_max_message_bytes)
+        if isinstance(found, NotOtlp):
+            self.messages["rejected"] += 1
+        return found
+
+    def merge(self, fragments: list[Fragment]) -> None:
+        """Merge fragments into the buffer (traces evicted to stay in bounds are counted
+        there and dropped)."""
+        for fragment in fragments:
+            self.buffer.add(fragment)
+
+    def take(self, clock: float | None = None, final: bool = False) -> list[Assembled]:
+        """The decisions of the traces ready at `clock` (every trace if `final`),
+        validated; traces without a decision are counted (`no_decision`) and left out."""
+        out = []
+        for ready in self.buffer.due(clock, final):
+            assembled = self._assemble(ready)
+            if assembled is not None:
+                out.append(assembled)
+        return out
+
+    def _assemble(self, ready: Ready) -> Assembled | None:
+        raw = assemble(ready.trace_id, ready.spans)
+        if raw is None:
+            self.buffer.count("no_decision")
+            return None
+        checked = parse(raw, self.settings.max_message_bytes)
+        if isinstance(checked, Rejection):
+            self.buffer.count("rejected")
+            return Assembled(ready.trace_id, None, checked, ready.source)
+        self.buffer.count("assembled" if ready.complete else "incomplete")
+        return Assembled(ready.trace_id, raw, None, ready.source)

@@ -1,0 +1,227 @@
+"""The `otlp` intake without a broker: spans written by real instrumentation
+(OpenInference's LangChain instrumentor, the OTel SDK under the GenAI conventions),
+encoded by the OTel SDK's OTLP encoder, decoded, buffered and assembled into decisions;
+`ragmon replay --otlp` on a file of them. The worker's intake is in test_worker_otlp.py."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from monitor.cli import main
+from monitor.ingest.otlp import Fragment, NotOtlp, Span, decode
+from monitor.ingest.spanbuffer import SpanBuffer
+from monitor.ingest.spans import Assembled, SpanIntake
+from monitor.settings import load
+from tests.otel_apps import CONTENT_MARKER, genai_app, langchain_app, messages
+
+ENCODINGS = ("otlp_proto", "otlp_json")
+MARKER = CONTENT_MARKER.encode()
+
+
+def run(raws: list[bytes], **overrides: Any) -> tuple[SpanIntake, list[Assembled]]:
+    intake = SpanIntake(load(None, **overrides))
+    out: list[Assembled] = []
+    for offset, raw in enumerate(raws):
+        found = intake.read(raw, ("otlp_spans", 0, offset))
+        assert not isinstance(found, NotOtlp), found
+        intake.merge(found.fragments)
+        out += intake.take()
+    return intake, out + intake.take(final=True)
+
+
+def decided_of(assembled: list[Assembled]) -> Counter[tuple[str, str, str]]:
+    found: Counter[tuple[str, str, str]] = Counter()
+    for item in assembled:
+        assert item.raw is not None, item.rejection
+        trace = json.loads(item.raw)
+        found[(trace["system"]["release"], trace["decision"], trace["reason"])] += 1
+    return found
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_langchain_decisions_from_openinference_spans(encoding):
+    spans, decided = langchain_app(30)
+    # 7 spans a message after a shuffle: every trace (8 spans) is split across messages
+    intake, assembled = run(messages(spans, encoding, per_message=7))
+    assert decided_of(assembled) == decided
+    counts = intake.buffer.counts
+    assert counts["traces_assembled"] == 30 and counts["spans_read"] == len(spans)
+    assert counts["content_fields_dropped"] > 30 * 5  # input/output values, documents, ...
+    for item in assembled:
+        assert item.raw is not None and MARKER not in item.raw
+        trace = json.loads(item.raw)
+        assert trace["system"]["app"] == "lc-rag"
+        assert 5 <= trace["retrieval"]["top_k"] <= 10  # documents counted, content left
+        assert trace["usage"]["model_calls"] == 1
+        assert trace["otel"]["trace_id"] == trace["trace_id"] == item.trace_id
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_genai_conventions_fill_the_decision(encoding):
+    spans, decided = genai_app(25)
+    _, assembled = run(messages(spans, encoding, per_message=3))
+    assert decided_of(assembled) == decided
+    for item in assembled:
+        assert item.raw is not None and MARKER not in item.raw
+        trace = json.loads(item.raw)
+        assert trace["system"] == {"app": "genai-rag", "release": "g-1",
+                                   "model": "qwen3-0525", "index_version": "kb-2026-11"}
+        retrieval = trace["retrieval"]
+        assert retrieval["top_k"] == len(retrieval["chunk_ids"]) >= 5
+        calls = trace["usage"]["model_calls"]
+        assert trace["usage"]["input_tokens"] == 100 * calls
+        assert trace["usage"]["output_tokens"] == 20 * calls
+        assert 0 <= trace["evals"]["faithfulness"] <= 1
+        assert trace["claims"] == [{"id": "c1", "importance": "critical",
+                                    "verdict": "supported", "entailment": 0.9}]
+    # top_score: the highest document score of the retrieval span
+    by_trace = {f.trace_id: f for raw in messages(spans, "otlp_proto", 1000)
+                for f in decode(raw, ("t", 0, 0)).fragments}  # type: ignore[union-attr]
+    first = json.loads(assembled[0].raw or b"")
+    docs = [d for s in by_trace[assembled[0].trace_id].spans for d in s.docs]
+    assert first["signals"]["top_score"] == max(score for _, score in docs)
+
+
+def test_contract_violations_are_rejected_without_content():
+    spans, _ = genai_app(4, release=None)  # no rag.release, no service.version
+    intake, assembled = run(messages(spans, "otlp_proto", 100))
+    assert [a.rejection.reason for a in assembled if a.rejection] == ["missing_field"] * 4
+    assert all(MARKER not in (a.rejection.payload if a.rejection else b"") for a in assembled)
+    assert intake.buffer.counts["traces_rejected"] == 4
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.version": "r9"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with provider.get_tracer("t").start_as_current_span("gate") as span:
+        span.set_attribute("rag.decision", "maybe")
+    _, assembled = run(messages(exporter.get_finished_spans(), "otlp_json", 10))
+    assert [a.rejection.reason for a in assembled if a.rejection] == ["invalid_value"]
+
+
+def test_traces_without_a_decision_are_counted_not_rejected():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.version": "r9"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("t")
+    for _ in range(3):
+        with tracer.start_as_current_span("GET /healthz"), tracer.start_as_current_span("db"):
+            pass
+    intake, assembled = run(messages(exporter.get_finished_spans(), "otlp_proto", 4))
+    assert assembled == [] and intake.buffer.counts["traces_no_decision"] == 3
+    assert intake.buffer.counts["spans_read"] == 6
+
+
+@pytest.mark.parametrize("raw,reason", [
+    (b"\xff\xfe not protobuf", "not_otlp"),
+    (b'{"resourceSpans": "no"}', "not_otlp"),
+    (b'{"hello": 1}', "not_otlp"),
+    (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"spanId": "00"}]}]}]}', "not_otlp"),
+    (b"{" + b" " * 1_000_001 + b"}", "too_large"),
+])
+def test_bytes_that_are_not_otlp_say_why_without_quoting_them(raw, reason):
+    found = decode(raw, ("otlp_spans", 0, 7))
+    assert isinstance(found, NotOtlp) and found.reason == reason
+    assert raw[:12].decode("latin-1") not in found.detail
+
+
+def _fragment(trace: str, source: int, *spans: Span) -> Fragment:
+    return Fragment(trace, ("otlp_spans", 0, source), list(spans), spans_read=len(spans),
+                    end=max(span.end for span in spans))
+
+
+def _span(span_id: str, parent: str, end_s: float, **attrs: Any) -> Span:
+    return Span(span_id, parent, int((end_s - 0.1) * 1e9), int(end_s * 1e9), "svc", "r1", attrs)
+
+
+def test_redelivered_fragments_merge_once_and_late_spans_are_counted():
+    buffer = SpanBuffer(grace_seconds=2, timeout_seconds=30, max_traces=100, max_spans=10)
+    decision = _fragment("a" * 32, 1, _span("1" * 16, "", 100.0, **{"rag.decision": "answer"}))
+    child = _fragment("a" * 32, 2, _span("2" * 16, "1" * 16, 99.0))
+    for fragment in (child, decision, child, decision):  # a redelivery of both
+        buffer.add(fragment)
+    assert len(buffer.pending["a" * 32].spans) == 2
+    assert buffer.counts["spans_duplicate"] == 2
+    assert buffer.due(101.0) == []            # grace not yet passed
+    (ready,) = buffer.due(102.0)
+    assert ready.complete and ready.source == ("otlp_spans", 0, 1)
+    buffer.add(_fragment("a" * 32, 3, _span("3" * 16, "1" * 16, 103.0)))
+    assert buffer.counts["spans_late"] == 1 and len(buffer) == 0
+
+
+def test_a_trace_without_its_root_waits_for_the_timeout_then_is_incomplete():
+    buffer = SpanBuffer(grace_seconds=2, timeout_seconds=30, max_traces=100, max_spans=10)
+    buffer.add(_fragment("b" * 32, 1, _span("1" * 16, "9" * 16, 100.0,
+                                            **{"rag.decision": "abstain"})))
+    assert buffer.due(125.0) == []
+    (ready,) = buffer.due(131.0)
+    assert not ready.complete and ready.spans
+
+
+def test_the_buffer_is_bounded_under_a_flood_of_traces_that_never_complete():
+    buffer = SpanBuffer(grace_seconds=2, timeout_seconds=1e9, max_traces=1000, max_spans=4)
+    for n in range(50_000):
+        buffer.add(_fragment(f"{n:032x}", n, _span("1" * 16, "2" * 16, 100.0 + n / 1000),
+                             _span("3" * 16, "2" * 16, 100.0)))
+        assert len(buffer) <= 1000
+    assert buffer.counts["traces_evicted"] == 49_000
+    one = "f" * 32  # one trace of many spans keeps max_spans of them
+    for n in range(100):
+        buffer.add(_fragment(one, 10**6 + n, _span(f"{n:016x}", "2" * 16, 200.0)))
+    assert len(buffer.pending[one].spans) == 4 and buffer.counts["spans_over_limit"] == 96
+
+
+def test_a_restored_buffer_assembles_exactly_as_one_never_stopped():
+    spans, decided = langchain_app(20, seed=5)
+    raws = messages(spans, "otlp_proto", per_message=5)
+    settings = load(None)
+    first = SpanIntake(settings)
+    out: list[Assembled] = []
+    for offset, raw in enumerate(raws[:len(raws) // 2]):
+        first.merge(first.read(raw, ("otlp_spans", 0, offset)).fragments)  # type: ignore[union-attr]
+        out += first.take()
+    blob = first.buffer.to_bytes()
+    assert MARKER not in blob
+    second = SpanIntake(settings)
+    second.buffer.restore(blob)
+    for offset, raw in enumerate(raws[len(raws) // 2:], len(raws) // 2):
+        second.merge(second.read(raw, ("otlp_spans", 0, offset)).fragments)  # type: ignore[union-attr]
+        out += second.take()
+    out += second.take(final=True)
+    assert decided_of(out) == decided
+    assert second.buffer.counts["traces_assembled"] == 20
+
+
+def test_replay_otlp_gives_what_the_applications_decided(tmp_path):
+    lc_spans, lc_decided = langchain_app(40, seed=7)
+    g_spans, g_decided = genai_app(30, seed=8)
+    path = tmp_path / "spans.jsonl"
+    lines = (messages(lc_spans, "otlp_json", 9) + messages(g_spans, "otlp_json", 4)
+             + [b"not otlp at all"])
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    out, dlq = tmp_path / "summary.json", tmp_path / "dlq.jsonl"
+    assert main(["replay", "--otlp", str(path), "--out", str(out), "--dlq", str(dlq),
+                 "--no-progress"]) == 0
+    summary = json.loads(out.read_text())
+    decided = lc_decided + g_decided
+    for release in {r for r, _, _ in decided}:
+        want = Counter({d: n for (r, d, _), n in decided.items() if r == release})
+        got = summary["releases"][release]["total"]["decisions"]
+        assert {d: n for d, n in got.items() if n} == dict(want)
+        reasons = summary["releases"][release]["total"]["reasons"]
+        for code in ("critical_claim_unsupported", "weak_retrieval"):
+            assert reasons[code] == sum(n for (r, _, c), n in decided.items()
+                                        if r == release and c == code)
+    otlp = summary["otlp"]
+    assert otlp["traces"]["assembled"] == 70 and otlp["messages"]["rejected"] == 1
+    assert otlp["spans"]["read"] == len(lc_spans) + len(g_spans)
+    (letter,) = [json.loads(line) for line in dlq.read_text().splitlines()]
+    assert letter["reason"] == "not_otlp" and letter["line"] == len(lines)
+    assert CONTENT_MARKER not in out.read_text() + dlq.read_text()
