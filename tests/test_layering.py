@@ -32,7 +32,7 @@ RANKS = {
 }
 STAGE_ORDER = ["ingest", "aggregate", "detect", "export", "worker", "cli"]
 THIRD_PARTY_HOMES = {
-    "faust": {"worker.app", "worker.batches", "worker.process"},
+    "faust": {"worker.app", "worker.batches", "worker.process", "worker.wiring"},
     "prometheus_client": {"export.catalog", "export.collector", "export.health",
                           "export.pages"},
     "kafka": {"client", "worker.provision", "worker.rewind"},

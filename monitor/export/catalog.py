@@ -114,6 +114,20 @@ LABEL_EVENTS_WAITING: Final = Family(
     "ragmon_label_events_waiting", "gauge", "Label and feedback events waiting for their "
     "trace (they expire after pending_retention_seconds, counted as expired).", ("kind",))
 DLQ_PRODUCED: Final = Family("ragmon_dlq_produced", "counter", "Dead letters produced.")
+# The otlp intake (exported only when it is on).
+OTLP_MESSAGES: Final = Family("ragmon_otlp_messages", "counter", "OTLP messages read from "
+                              "otlp_topic by this worker, by outcome (read, rejected).",
+                              ("outcome",))
+OTLP_SPANS: Final = Family("ragmon_otlp_spans", "counter", "Spans of the span partitions held, "
+                           "by outcome: read; kept (usable by a decision); duplicate "
+                           "(redelivered); late (after their trace was taken); over_limit.",
+                           ("outcome",))
+OTLP_TRACES: Final = Family("ragmon_otlp_traces", "counter", "OTel traces taken from the span "
+                            "buffers, by outcome: assembled, incomplete (at the timeout), "
+                            "no_decision, rejected, evicted (at the buffer's bound).",
+                            ("outcome",))
+OTLP_PENDING: Final = Family("ragmon_otlp_pending_traces", "gauge",
+                             "OTel traces waiting in the span buffers held.")
 LAST_EVENT: Final = Family("ragmon_last_event_timestamp_seconds", "gauge",
                            "Event time of the newest trace.")
 WATERMARK_LAG: Final = Family("ragmon_watermark_lag_seconds", "gauge",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping
 from typing import Final
 
 import numpy as np
@@ -18,6 +19,7 @@ from monitor.export import catalog as c
 from monitor.export.snapshot import ALL, Snapshot
 from monitor.ingest.contract import COMPONENT_NAMES
 from monitor.ingest.parse import REASONS
+from monitor.ingest.spanbuffer import SPAN_OUTCOMES, TRACE_OUTCOMES
 
 __all__ = ["DRIFT_FLOOR", "SIGNAL_BUCKETS", "buckets", "drift", "health"]
 
@@ -52,7 +54,8 @@ def health(snap: Snapshot, budget: int) -> list[Metric]:
         # Every reason from the start (zero until seen): rate() and alerts need the series.
         c.REJECTED.of(((k,), v) for k, v in sorted({**dict.fromkeys(REASONS, 0),
                                                     **snap.rejected}.items())),
-        c.CONTENT_FIELDS_DROPPED.of([((), snap.input.get("content_fields_dropped", 0))]),
+        c.CONTENT_FIELDS_DROPPED.of([((), snap.input.get("content_fields_dropped", 0)
+                                     + (snap.otlp or {}).get("content_fields_dropped", 0))]),
         c.LABEL_EVENTS.of(((kind, k), v) for kind, counts in sorted(snap.events.items())
                           for k, v in sorted(counts.items()) if k != "waiting"),
         c.LABEL_EVENTS_WAITING.of(((kind,), counts.get("waiting", 0))
@@ -75,7 +78,18 @@ def health(snap: Snapshot, budget: int) -> list[Metric]:
         c.SERIES_BUDGET.of([((), budget)]),
         c.SLICE_VALUES_OVERFLOWED.of([((), h.overflowed)]),
         c.SLICE_VALUES_REPLACED.of([((), h.replaced)]),
+        *(_otlp(snap.otlp) if snap.otlp else []),
     ]
+
+
+def _otlp(counts: Mapping[str, int]) -> list[Metric]:
+    """The otlp intake's families, every outcome from the start (zero until seen)."""
+    def of(prefix: str, outcomes: tuple[str, ...]) -> list[tuple[tuple[str], int]]:
+        return [((name,), counts.get(f"{prefix}_{name}", 0)) for name in outcomes]
+    return [c.OTLP_MESSAGES.of(of("messages", ("read", "rejected"))),
+            c.OTLP_SPANS.of(of("spans", SPAN_OUTCOMES)),
+            c.OTLP_TRACES.of(of("traces", TRACE_OUTCOMES)),
+            c.OTLP_PENDING.of([((), counts.get("pending", 0))])]
 
 
 def drift(view: DriftView, room: int, layout: Layout,

@@ -61,6 +61,9 @@ class Snapshot(NamedTuple):
     # (cell, decision) -> (otel trace id, event time, top_score) of a recent trace
     exemplars: Mapping[tuple[CellKey, str], tuple[str, float, float | None]] = \
         MappingProxyType({})
+    # The otlp intake's counters (`SpanStage.counts`); None when it is off. (A plain
+    # dict: snapshots are pickled to the page process, and a mappingproxy is not.)
+    otlp: dict[str, int] | None = None
 
 
 class Local(NamedTuple):
@@ -103,12 +106,13 @@ def snapshot_of(pipelines: Sequence[Pipeline], health: Health,
 
 
 def snapshot_from(layout: Layout, local: Local, health: Health,
-                  drift: DriftView | None, cells: Table, counters: Counters) -> Snapshot:
+                  drift: DriftView | None, cells: Table, counters: Counters,
+                  otlp: Mapping[str, int] | None = None) -> Snapshot:
     """A snapshot of merged `cells` and `counters` and of what `local` took."""
     health = dataclasses.replace(health, watermark=local.watermark,
                                  overflowed=local.overflowed, replaced=local.replaced)
     return Snapshot(layout, cells.cells(), counters.input, counters.rejected, counters.events,
-                    health, drift, local.exemplars)
+                    health, drift, local.exemplars, dict(otlp) if otlp is not None else None)
 
 
 def _cell_exemplars(pipelines: Sequence[Pipeline],

@@ -48,6 +48,7 @@ REASONS: Final = (
     "future_timestamp",
     "bad_encoding",
     "worker_error",
+    "not_otlp",  # the otlp intake: a message that is not OTLP trace data
 )
 
 _CONTENT_KEY = re.compile(

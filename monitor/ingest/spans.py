@@ -14,6 +14,7 @@ from collections import Counter
 from typing import NamedTuple, Protocol
 
 from monitor.ingest.assemble import assemble
+from monitor.ingest.contract import Trace
 from monitor.ingest.otlp import Decoded, Fragment, NotOtlp, decode
 from monitor.ingest.parse import Rejection, parse
 from monitor.ingest.spanbuffer import Ready, SpanBuffer
@@ -43,7 +44,8 @@ class Assembled(NamedTuple):
     (the dead letter's payload holds no content: nothing with content was read), and
     the source of the message that brought its decision span."""
 
-    trace_id: str
+    trace_id: str                    # the OTel trace's
+    key: str                         # the decision's trace_id (rag.trace_id, else the same)
     raw: bytes | None
     rejection: Rejection | None
     source: tuple[str, int, int] | None
@@ -92,6 +94,8 @@ class SpanIntake:
         checked = parse(raw, self.settings.max_message_bytes)
         if isinstance(checked, Rejection):
             self.buffer.count("rejected")
-            return Assembled(ready.trace_id, None, checked, ready.source)
+            return Assembled(ready.trace_id, ready.trace_id, None, checked, ready.source)
         self.buffer.count("assembled" if ready.complete else "incomplete")
-        return Assembled(ready.trace_id, raw, None, ready.source)
+        event = checked.event
+        key = event.trace_id if isinstance(event, Trace) else ready.trace_id
+        return Assembled(ready.trace_id, key, raw, None, ready.source)

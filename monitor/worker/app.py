@@ -43,15 +43,16 @@ from monitor.detect.drift import Drift, DriftConfig, DriftView
 from monitor.detect.watch import Watch, to_record
 from monitor.export.pages import Pages
 from monitor.export.snapshot import Health, Local, snapshot_from
-from monitor.ingest.parse import Rejection, payload_form
 from monitor.settings import Settings
 from monitor.worker import stall, telemetry, topics, upkeep
 from monitor.worker.batches import Batch, BatchApp, BatchConsumer
-from monitor.worker.connection import ssl_context
+from monitor.worker.dead import DeadLetters
 from monitor.worker.merge import Merger, owner
 from monitor.worker.partitions import Group, Partitions
 from monitor.worker.reference_sync import ReferenceSync
+from monitor.worker.spans import SpanStage
 from monitor.worker.threads import in_daemon_thread
+from monitor.worker.wiring import credentials, every, raw_topic
 
 __all__ = ["Worker", "build", "credentials"]
 
@@ -76,13 +77,12 @@ class Worker:
         for name, value in stall.carried().items():  # after a restart in place
             if name in CARRIED_HEALTH:
                 setattr(self.health, name, type(getattr(self.health, name))(value))
-        self.dlq = app.topic(settings.topic_dlq, value_serializer="raw", key_serializer="raw")
+        self.dead = DeadLetters(raw_topic(app, settings.topic_dlq), self.health)
         self.partitions = Partitions(
-            settings, app.topic(settings.topic_state, value_serializer="raw", key_serializer="raw"),
-            app.topic(settings.topic_seen, value_serializer="raw", key_serializer="raw"),
+            settings, raw_topic(app, settings.topic_state),
+            raw_topic(app, settings.topic_seen),
             self.health)
-        self.references_topic = app.topic(settings.topic_references, value_serializer="raw",
-                                          key_serializer="raw")
+        self.references_topic = raw_topic(app, settings.topic_references)
         # Stage two: every partition's checkpoint merged; this worker detects on and
         # exports the releases it owns (monitor/worker/merge.py).
         self.drift = Drift(from_settings(settings), DriftConfig.from_settings(settings),
@@ -97,9 +97,20 @@ class Worker:
         self.tracer = telemetry.tracer(settings)
         self.last_progress = time.monotonic()
         self.topic_ids: dict[str, str] = {}  # of the input topics, as last seen
-        self.kinds = (("decisions", settings.topic_decisions), ("labels", settings.topic_labels),
-                      ("feedback", settings.topic_feedback))
-        self.topics = frozenset(topic for _, topic in self.kinds)
+        self.kinds: tuple[tuple[str, str], ...] = (
+            ("decisions", settings.topic_decisions), ("labels", settings.topic_labels),
+            ("feedback", settings.topic_feedback))
+        self.topics = frozenset(topic for _, topic in self.kinds)  # partition p: one state
+        # The otlp intake (monitor/worker/spans.py): its two topics are read in each batch
+        # before the decisions it produces come back through the decisions topic.
+        self.spans: SpanStage | None = None
+        if settings.otlp_topic:
+            self.spans = SpanStage(settings, raw_topic(app, settings.topic_spans),
+                                   raw_topic(app, settings.topic_decisions),
+                                   raw_topic(app, settings.topic_state), self.health,
+                                   self.dead.send)
+            self.kinds = (("otlp", settings.otlp_topic), ("spans", settings.topic_spans),
+                          *self.kinds)
 
     async def take(self, batch: Batch) -> None:
         """Fold a fetch (decisions, labels, feedback: one topic at a time), checkpoint the
@@ -125,13 +136,34 @@ class Worker:
                                                                 map(len, records.values()))}
                         with self.tracer.start_as_current_span("ragmon.batch",
                                                                attributes=attributes):
-                            await self._fold_batch(kind, topic, records)
+                            await self._take_kind(kind, topic, records)
             except Exception:
                 log.exception("folding a batch of %d records failed: restarting in place",
                               len(batch))
                 self.restart_in_place()
             for tp, found in batch.records.items():
                 consumer.acknowledge(tp, [record.offset for record in found])
+
+    async def _take_kind(self, kind: str, topic: str,
+                         records: dict[int, Sequence[Any]]) -> None:
+        if kind == "otlp" and self.spans is not None:
+            await self._retrying(partial(self.spans.forward, [
+                record for _, found in sorted(records.items()) for record in found]),
+                "otlp: forwarding spans")
+        elif kind == "spans" and self.spans is not None:
+            await self._retrying(partial(self.spans.assemble, records),
+                                 "spans: assembling decisions")
+        else:
+            await self._fold_batch(kind, topic, records)
+
+    async def tick_spans(self) -> None:
+        """Assemble the traces due in quiet span partitions (monitor/worker/spans.py)."""
+        if self.spans is None:
+            return
+        assigned = {tp.partition for tp in self.app.consumer.assignment()
+                    if tp.topic == self.settings.topic_spans}
+        async with self._folding:
+            await self._retrying(partial(self.spans.tick, assigned), "spans: quiet partitions")
 
     async def _fold_batch(self, kind: str, topic: str,
                           records: dict[int, Sequence[Any]]) -> None:
@@ -153,18 +185,21 @@ class Worker:
             if any(rejection.reason == "worker_error" for _, rejection in done.dead):
                 self.health.errors += 1  # the states process printed the traceback
             for index, rejection in done.dead:
-                await self._dead_letter(of_partition[index], rejection)
+                await self.dead.of_message(of_partition[index], rejection)
         if folded:
             await self._retrying(partial(self.partitions.checkpoint, folded), "checkpoints")
         self.health.batch_seconds += time.perf_counter() - started
         self.health.batches += 1
         self.last_progress = time.monotonic()
 
-    async def forget(self, partitions: set[int]) -> None:
-        """Drop the states of `partitions` once the batch folding now is checkpointed (a
-        revoke waits for it: its new owner restores that checkpoint)."""
+    async def forget(self, partitions: set[int], spans: set[int] | None = None) -> None:
+        """Drop the states of `partitions` (and the span buffers of `spans`) once the
+        batch folding now is checkpointed (a revoke waits for it: its new owner restores
+        that checkpoint)."""
         async with self._folding:
             await self.partitions.forget(partitions)
+            if self.spans is not None:
+                self.spans.forget(spans or set())
 
     def restart_in_place(self) -> None:
         """Restart this worker in place (monitor/worker/stall.py): its page process stopped
@@ -248,7 +283,10 @@ class Worker:
         self.references.published[release.encode()] = blob
 
     async def poll_references(self) -> None:
-        """Install references (and apply freeze requests) new on the references topic."""
+        """Install references (and apply freeze requests) new on the references topic,
+        once they are loaded."""
+        if not self.references.loaded:
+            return
         await self.references.poll()
         self.drift_view = self.drift.view(self.owns)
         self._calibrate_soon()
@@ -271,18 +309,6 @@ class Worker:
                 await asyncio.sleep(delay)
                 delay = min(2 * delay, 30.0)
 
-    async def _dead_letter(self, message: Any, rejection: Rejection) -> None:
-        headers = {
-            "ragmon.reason": rejection.reason.encode(),
-            "ragmon.detail": rejection.detail.encode()[:512],
-            "ragmon.payload": payload_form(rejection.payload).encode(),
-            "ragmon.source.topic": str(message.topic).encode(),
-            "ragmon.source.partition": str(message.partition).encode(),
-            "ragmon.source.offset": str(message.offset).encode(),
-        }
-        await self.dlq.send(key=message.key, value=rejection.payload, headers=headers)
-        self.health.dlq_produced += 1
-
     def refresh(self) -> None:
         """Swap in a new snapshot for the scrapes: the owned releases' merged cells, and
         this worker's own input counters and health."""
@@ -296,7 +322,8 @@ class Worker:
         with self.tracer.start_as_current_span("ragmon.export"):
             counters = self.merger.counters(self.partitions.state_key(p) for p in self.owned)
             snapshot = snapshot_from(self.drift.layout, local, self.health,
-                                     self.drift_view, cells, counters)
+                                     self.drift_view, cells, counters,
+                                     self.spans.counts() if self.spans else None)
             self.pages.offer(snapshot)  # if the page process asked for one
 
 
@@ -326,63 +353,28 @@ def build(settings: Settings) -> Worker:
     worker = Worker(settings, app)
     app.take, app.gather = worker.take, (settings.batch_size, settings.batch_seconds)
     for _, name in worker.kinds:  # subscribed; their records go to `Worker.take` whole
-        app.topics.add(app.topic(name, value_serializer="raw", key_serializer="raw"))
+        app.topics.add(raw_topic(app, name))
 
-    @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
-    async def stage_two() -> None:
-        try:
-            await worker.stage_two()
-        except Exception:  # the broker may be away; the next round retries
-            worker.health.errors += 1
-            log.exception("merging partitions failed")
-
-    @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
-    async def watchdog() -> None:
-        try:
-            await upkeep.check_stall(worker)
-        except Exception:  # the broker may be away; the next look retries
-            log.exception("stall check failed")
-
-    @app.timer(interval=TOPIC_CHECK_SECONDS)  # type: ignore[untyped-decorator]
-    async def topics_in_shape() -> None:
-        # A broker that lost its log lets clients auto-create ragmon's topics with one
-        # partition and no compaction: put back what is missing, re-read what is new.
-        try:
-            await upkeep.check_topics(worker)
-        except Exception as exc:  # a layout that cannot be repaired, or the broker away
-            worker.health.errors += 1
-            log.error("topic check: %s", exc)
-
-    @app.timer(interval=memory.TRIM_SECONDS)  # type: ignore[untyped-decorator]
-    async def trim_memory() -> None:
-        memory.trim()
-
-    @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
-    async def references() -> None:
-        if worker.references.loaded:
-            try:
-                await worker.poll_references()
-            except Exception:  # the broker may be away; the next poll retries
-                log.exception("polling references failed")
+    # Each timer's failure is logged and the next round retries (the broker may be away).
+    every(app, 1.0, worker.stage_two, "merging partitions", worker.health)
+    every(app, 5.0, partial(upkeep.check_stall, worker), "stall check")
+    # A broker that lost its log lets clients auto-create ragmon's topics with one
+    # partition and no compaction: put back what is missing, re-read what is new.
+    every(app, TOPIC_CHECK_SECONDS, partial(upkeep.check_topics, worker), "topic check",
+          worker.health, traceback=False)  # a layout that cannot be repaired: one line
+    every(app, memory.TRIM_SECONDS, memory.trim, "trimming memory")
+    every(app, 5.0, worker.poll_references, "polling references")
+    if worker.spans is not None:
+        every(app, 1.0, worker.tick_spans, "assembling quiet span partitions")
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def on_revoked(app: faust.App, revoked: set[Any], **_: Any) -> None:
-        await worker.forget({tp.partition for tp in revoked})
+        await worker.forget({tp.partition for tp in revoked if tp.topic in worker.topics},
+                            {tp.partition for tp in revoked
+                             if tp.topic == settings.topic_spans})
 
     @app.task  # type: ignore[untyped-decorator]
     async def first_snapshot() -> None:
         worker.refresh()
 
     return worker
-
-
-def credentials(settings: Settings) -> faust.auth.Credentials | None:
-    """The connection settings as Faust takes them (the same TLS context as every client)."""
-    context = ssl_context(settings)
-    if settings.security_protocol.startswith("SASL"):
-        password = settings.sasl_password.get_secret_value() if settings.sasl_password else None
-        return faust.SASLCredentials(username=settings.sasl_username, password=password,
-                                     ssl_context=context, mechanism=settings.sasl_mechanism)
-    if context is not None:
-        return faust.SSLCredentials(context)
-    return None

@@ -13,6 +13,9 @@ too few partitions then hangs in metadata timeouts. What each topic needs:
   of its input partition), compacted, `max.message.bytes` >= `state_max_bytes`; missing
   partitions are added and configurations altered, both safe for ragmon's own topics.
 - references: compacted, one partition read by every worker; dead letters: any layout.
+- with the otlp intake on: its topic (the Collector's) is created with `partitions`
+  partitions when missing and otherwise left as it is; spans (ragmon's re-keyed
+  fragments) has at least `partitions` and `max.message.bytes` >= `state_max_bytes`.
 
 Configurations are described only when `check_topic_configs` is on (the embedded broker
 implements neither DescribeConfigs nor compaction).
@@ -40,6 +43,7 @@ class Wanted:
     name: str
     partitions: int
     exact: bool = False  # the partition count must be exactly `partitions`
+    keep: bool = False   # another's topic: created when missing, never altered
     configs: dict[str, str] = field(default_factory=dict)
 
 
@@ -52,7 +56,13 @@ def wanted(settings: Settings) -> list[Wanted]:
             Wanted(settings.topic_dlq, n),
             Wanted(settings.topic_state, n, configs=compact),
             Wanted(settings.topic_seen, n, configs=compact),
-            Wanted(settings.topic_references, 1, configs=compact)]
+            Wanted(settings.topic_references, 1, configs=compact),
+            # The otlp intake (monitor/worker/spans.py): the Collector's topic is read as it
+            # is (spans are re-keyed by trace id into topic_spans, which ragmon owns).
+            *([Wanted(settings.otlp_topic, n, keep=True),
+               Wanted(settings.topic_spans, n, configs={
+                   "max.message.bytes": str(settings.state_max_bytes)})]
+              if settings.otlp_topic else [])]
 
 
 def admin_client(settings: Settings) -> KafkaAdminClient:
@@ -99,9 +109,10 @@ def _ensure(admin: KafkaAdminClient, settings: Settings, topics: list[Wanted],
     changes: list[str] = []
     # Existing topics first: a refusal must leave nothing half-created behind.
     for topic in present:
-        changes += _fix_partitions(admin, settings, topic, counts[topic.name])
+        if not topic.keep:
+            changes += _fix_partitions(admin, settings, topic, counts[topic.name])
     if settings.check_topic_configs:
-        changes += _fix_configs(admin, [t for t in present if t.configs])
+        changes += _fix_configs(admin, [t for t in present if t.configs and not t.keep])
     missing = [t for t in topics if t.name not in existing]
     if missing:
         try:

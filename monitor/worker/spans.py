@@ -1,0 +1,227 @@
+"""The `otlp` intake in the worker: OTLP messages from the Collector's topic in, one
+decision message per OTel trace out to the decisions topic, where the same fold as for
+any producer's decision takes it (validation, de-duplication, windows, detection).
+
+Two steps, each a topic kind of `Worker.take`:
+
+1. `forward` (records of `otlp_topic`): decode each message, content left behind
+   (`monitor/ingest/otlp.py`); a message that is not OTLP is dead-lettered with its
+   reason and source offset, and no bytes of it. Every trace's spans become a fragment,
+   sent to partition `crc32(trace id) % partitions` of `topic_spans` (fragments of one
+   batch and partition in one record): the spans of a trace meet in one partition
+   whatever partitioner the exporter used (its default does not key by trace).
+2. `assemble` (records of `topic_spans`): each partition's span buffer
+   (`monitor/ingest/spanbuffer.py`) merges its fragments; each trace that is ready is
+   assembled, validated, and produced to `topic_decisions` keyed by its trace id (so
+   labels keyed the same meet it), or dead-lettered (contract violations, with the
+   source of the message that brought its decision span). Then the buffer is
+   checkpointed to `topic_state` (key `<app>:<topic_spans>:<partition>`) with the last
+   offset merged, and only then is the batch acknowledged.
+
+Exact under at-least-once: a crash before the checkpoint merges the fragments again
+from the checkpoint (offsets at or before it are skipped); a decision produced twice
+(produced, then a crash before the checkpoint) carries the same trace id and is folded
+once by the decisions topic's de-duplication. A fragment forwarded twice (a crash
+after forwarding, before the commit) is merged once: the buffer knows its source.
+While a spans partition is quiet, `tick` moves its buffer's clock on with the wall
+clock, so that the last traces before a pause are assembled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import zlib
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import msgspec
+
+from monitor.export.snapshot import Health
+from monitor.ingest.otlp import Fragment, NotOtlp, decode
+from monitor.ingest.parse import Rejection
+from monitor.ingest.spans import Assembled, SpanIntake
+from monitor.settings import Settings
+from monitor.worker import topics
+
+__all__ = ["SpanStage"]
+
+log = logging.getLogger("ragmon.worker")
+_FRAGMENTS_BYTES = 1024 * 1024  # a spans record holds fragments up to about this size
+_fragments = msgspec.msgpack.Encoder()
+_read_fragments = msgspec.msgpack.Decoder(list[Fragment])
+
+
+class _Checkpoint(msgspec.Struct):
+    applied: int        # the last spans offset merged
+    buffer: bytes       # `SpanBuffer.to_bytes`
+
+
+_read_checkpoint = msgspec.msgpack.Decoder(_Checkpoint)
+DeadLetter = Callable[[tuple[str, int, int], bytes, Rejection], Awaitable[None]]
+
+
+class _Held:
+    def __init__(self, intake: SpanIntake, applied: int) -> None:
+        self.intake = intake
+        self.applied = applied
+        self.quiet_since = time.monotonic()  # the last record merged (or the restore)
+
+
+class SpanStage:
+    def __init__(self, settings: Settings, spans_topic: Any, decisions_topic: Any,
+                 state_topic: Any, health: Health, dead_letter: DeadLetter) -> None:
+        self.settings = settings
+        self.spans_topic = spans_topic
+        self.decisions_topic = decisions_topic
+        self.state_topic = state_topic
+        self.health = health
+        self.dead_letter = dead_letter
+        self.held: dict[int, _Held] = {}
+        # Messages read from otlp_topic, by outcome (read, rejected); this process's.
+        self.messages: Counter[str] = Counter(read=0, rejected=0)
+
+    def state_key(self, partition: int) -> bytes:
+        return f"{self.settings.app_id}:{self.settings.topic_spans}:{partition}".encode()
+
+    async def forward(self, records: Sequence[Any]) -> None:
+        """Step 1: OTLP messages -> fragments, re-keyed by trace id into `topic_spans`."""
+        limit = self.settings.otlp_max_message_bytes
+        by_partition: dict[int, list[Fragment]] = {}
+        partitions = self.settings.partitions
+        rejected = 0
+        for record in records:
+            raw = record.value if isinstance(record.value, bytes) else b""
+            source = (str(record.topic), int(record.partition), int(record.offset))
+            found = decode(raw, source, limit)
+            if isinstance(found, NotOtlp):
+                rejected += 1
+                await self.dead_letter(source, b"", Rejection(found.reason, found.detail, b"", 0))
+                continue
+            for fragment in found.fragments:
+                partition = zlib.crc32(fragment.trace_id.encode()) % partitions
+                by_partition.setdefault(partition, []).append(fragment)
+        deliveries = []
+        for partition, fragments in sorted(by_partition.items()):
+            for chunk in _chunks(fragments):
+                deliveries.append(await self.spans_topic.send(
+                    key=None, value=_fragments.encode(chunk), partition=partition))
+        await asyncio.gather(*deliveries)
+        self.messages.update(read=len(records), rejected=rejected)
+
+    async def assemble(self, records: dict[int, Sequence[Any]]) -> None:
+        """Step 2: fragments -> span buffers -> decisions; checkpoints after delivery."""
+        await self._restore_all(set(records))
+        for partition, found in sorted(records.items()):
+            held = self.held[partition]
+            fresh = [record for record in found if record.offset > held.applied]
+            self.health.replayed_skipped += len(found) - len(fresh)
+            if fresh:
+                await self._rolled_back_on_failure(partition, self._merge(partition, held, fresh))
+
+    async def _merge(self, partition: int, held: _Held, fresh: list[Any]) -> None:
+        for record in fresh:
+            try:
+                fragments = _read_fragments.decode(record.value)
+            except (msgspec.DecodeError, msgspec.ValidationError, TypeError):
+                self.health.errors += 1
+                log.error("%s/%d offset %d: not a spans record; skipped",
+                          self.settings.topic_spans, partition, record.offset)
+                continue
+            held.intake.merge(fragments)
+        held.quiet_since = time.monotonic()
+        await self._deliver(partition, held, held.intake.take(), fresh[-1].offset)
+
+    async def tick(self, assigned: set[int]) -> None:
+        """Assemble what is due in quiet partitions: a partition without records for
+        `otlp_grace_seconds` moves its buffer's clock on by the wall time since."""
+        now = time.monotonic()
+        for partition in sorted(assigned & set(self.held)):
+            held = self.held[partition]
+            quiet = now - held.quiet_since
+            buffer = held.intake.buffer
+            if len(buffer) == 0 or quiet < self.settings.otlp_grace_seconds:
+                continue
+            held.quiet_since = now
+            await self._rolled_back_on_failure(partition, self._deliver(
+                partition, held, held.intake.take(buffer.clock + quiet), held.applied))
+
+    async def _rolled_back_on_failure(self, partition: int, step: Awaitable[None]) -> None:
+        """Run `step`; if it fails, drop the partition's buffer (traces it took may not
+        have been delivered): the retry restores it from its last checkpoint."""
+        try:
+            await step
+        except BaseException:
+            self.held.pop(partition, None)
+            raise
+
+    def forget(self, partitions: set[int]) -> None:
+        """Drop the buffers of partitions no longer assigned (their new owner restores)."""
+        for partition in partitions:
+            self.held.pop(partition, None)
+
+    def counts(self) -> dict[str, int]:
+        """The buffers' counters (traces_*, spans_*, content_fields_dropped) and the
+        traces waiting, summed over the partitions held; with the messages read here."""
+        total: Counter[str] = Counter()
+        for held in self.held.values():
+            total.update(held.intake.buffer.counts)
+            total["pending"] += len(held.intake.buffer)
+        total.update({f"messages_{key}": n for key, n in self.messages.items()})
+        return dict(total)
+
+    async def _deliver(self, partition: int, held: _Held, assembled: list[Assembled],
+                       applied: int) -> None:
+        deliveries = []
+        for item in assembled:
+            if item.rejection is not None:
+                await self.dead_letter(item.source or ("", -1, -1), item.trace_id.encode(),
+                                       item.rejection)
+            elif item.raw is not None:
+                deliveries.append(await self.decisions_topic.send(
+                    key=item.key.encode(), value=item.raw))
+        await asyncio.gather(*deliveries)
+        checkpoint = _Checkpoint(applied, held.intake.buffer.to_bytes())
+        sent = await self.state_topic.send(key=self.state_key(partition),
+                                           value=msgspec.msgpack.encode(checkpoint),
+                                           partition=partition)
+        await sent
+        held.applied = applied
+        self.health.checkpoints += 1
+
+    async def _restore_all(self, partitions: set[int]) -> None:
+        missing = sorted(partitions - set(self.held))
+        if missing:
+            restored = await asyncio.gather(*(self._restore(p) for p in missing))
+            self.held.update(zip(missing, restored, strict=True))
+
+    async def _restore(self, partition: int) -> _Held:
+        key = self.state_key(partition)
+        found = await topics.read_topic(self.settings, self.settings.topic_state, partition,
+                                        lambda k: k == key)
+        intake = SpanIntake(self.settings)
+        blob = found.get(key)
+        if blob is None:
+            log.info("spans partition %d: new", partition)
+            return _Held(intake, -1)
+        checkpoint = _read_checkpoint.decode(blob)
+        intake.buffer.restore(checkpoint.buffer)
+        log.info("spans partition %d: restored at offset %d, %d traces waiting", partition,
+                 checkpoint.applied, len(intake.buffer))
+        return _Held(intake, checkpoint.applied)
+
+
+def _chunks(fragments: list[Fragment]) -> list[list[Fragment]]:
+    """Fragments in records of about `_FRAGMENTS_BYTES` (a guess by span count: a kept
+    span encodes to ~100-300 bytes)."""
+    chunks: list[list[Fragment]] = [[]]
+    spans = 0
+    for fragment in fragments:
+        if spans >= _FRAGMENTS_BYTES // 300 and chunks[-1]:
+            chunks.append([])
+            spans = 0
+        chunks[-1].append(fragment)
+        spans += len(fragment.spans) + 1
+    return chunks

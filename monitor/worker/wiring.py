@@ -1,0 +1,55 @@
+"""Faust pieces the worker's app is built from (`monitor/worker/app.py`): topics of raw
+bytes, timers whose failures are logged and retried, and connection credentials."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import faust
+
+from monitor.export.snapshot import Health
+from monitor.settings import Settings
+from monitor.worker.connection import ssl_context
+
+__all__ = ["credentials", "every", "raw_topic"]
+
+log = logging.getLogger("ragmon.worker")
+
+
+def every(app: faust.App, seconds: float, step: Callable[[], Awaitable[None] | None], what: str,
+          health: Health | None = None, traceback: bool = True) -> None:
+    """Run `step` every `seconds` (a Faust timer); a failure is logged (and counted as a
+    worker error with `health`), and the next round tries again."""
+    async def run() -> None:
+        try:
+            done = step()
+            if done is not None:
+                await done
+        except Exception as exc:
+            if health is not None:
+                health.errors += 1
+            if traceback:
+                log.exception("%s failed", what)
+            else:
+                log.error("%s: %s", what, exc)
+
+    app.timer(interval=seconds, name=f"ragmon: {what}")(run)
+
+
+def raw_topic(app: faust.App, name: str) -> Any:
+    """A Faust topic of raw bytes (validation is ours)."""
+    return app.topic(name, value_serializer="raw", key_serializer="raw")
+
+
+def credentials(settings: Settings) -> faust.auth.Credentials | None:
+    """The connection settings as Faust takes them (the same TLS context as every client)."""
+    context = ssl_context(settings)
+    if settings.security_protocol.startswith("SASL"):
+        password = settings.sasl_password.get_secret_value() if settings.sasl_password else None
+        return faust.SASLCredentials(username=settings.sasl_username, password=password,
+                                     ssl_context=context, mechanism=settings.sasl_mechanism)
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None

@@ -1,0 +1,157 @@
+"""The worker's `otlp` intake on both brokers: spans written by real instrumentation
+(tests/otel_apps.py), encoded by the OTel SDK, produced to the Collector's topic as its
+Kafka exporter would (unkeyed, and keyed by trace id), split across messages; the
+worker's counts per release, decision and reason equal what the applications decided,
+through kill -9, and no content marker leaves the worker."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from test_worker import read_dlq, scrape, start_worker, stop, wait_for
+
+from monitor.worker.connection import kafka_python_options
+from tests.otel_apps import CONTENT_MARKER, genai_app, langchain_app, messages
+
+pytestmark = pytest.mark.integration
+
+OTLP = {"RAGMON_OTLP_TOPIC": "otlp_spans"}
+
+
+def send(settings, raws: list[bytes], keyed_by_trace: bool = False) -> None:
+    """As the Collector's Kafka exporter: one message per export request, unkeyed by
+    default (`partition_traces_by_id: false`), else keyed by its first trace id."""
+    producer = KafkaProducer(**kafka_python_options(settings), acks="all")
+    try:
+        for raw in raws:
+            key = None
+            if keyed_by_trace:
+                at = raw.find(b'"traceId": "')
+                key = raw[at + 12:at + 44] if at >= 0 else raw[-16:]
+            producer.send("otlp_spans", value=raw, key=key)
+        producer.flush()
+    finally:
+        producer.close()
+
+
+def read_all(settings, topic: str) -> list[bytes]:
+    """Every value in `topic` now (kafka-python, to each partition's end)."""
+    consumer = KafkaConsumer(**kafka_python_options(settings), group_id=None,
+                             enable_auto_commit=False)
+    try:
+        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        end = consumer.end_offsets(tps)
+        values: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while any(consumer.position(tp) < end[tp] for tp in tps):
+            assert time.monotonic() < deadline, f"{topic} not read within 60 s"
+            for records in consumer.poll(timeout_ms=500).values():
+                values += [r.value or b"" for r in records]
+        return values
+    finally:
+        consumer.close()
+
+
+def by_decision(samples) -> Counter[tuple[str, str]]:
+    found: Counter[tuple[str, str]] = Counter()
+    for (name, labels), value in samples.items():
+        found_labels = dict(labels)
+        if name == "ragmon_traces_total" and found_labels.get("dimension") == "all" and value:
+            found[(found_labels["release"], found_labels["decision"])] += int(value)
+    return found
+
+
+def by_reason(samples, code: str) -> Counter[str]:
+    found: Counter[str] = Counter()
+    for (name, labels), value in samples.items():
+        found_labels = dict(labels)
+        if (name == "ragmon_reasons_total" and found_labels.get("dimension") == "all"
+                and found_labels.get("reason") == code and value):
+            found[found_labels["release"]] += int(value)
+    return found
+
+
+def otlp(samples, family: str, outcome: str) -> float:
+    return samples.get((f"ragmon_otlp_{family}_total", (("outcome", outcome),)), 0)
+
+
+def expected(decided) -> tuple[Counter[tuple[str, str]], dict[str, Counter[str]]]:
+    decisions: Counter[tuple[str, str]] = Counter()
+    reasons: dict[str, Counter[str]] = {}
+    for (release, decision, reason), n in decided.items():
+        decisions[(release, decision)] += n
+        reasons.setdefault(reason, Counter())[release] += n
+    return decisions, reasons
+
+
+def test_spans_of_instrumented_apps_are_counted_as_the_apps_decided(broker, tmp_path):
+    settings = broker.settings()
+    lc_spans, lc_decided = langchain_app(40, seed=11)
+    g_spans, g_decided = genai_app(30, seed=12)
+    bad_spans, _ = genai_app(3, seed=13, release=None)  # no release: rejected
+    process, port = start_worker(broker, tmp_path, env=OTLP)
+    try:
+        send(settings, messages(lc_spans, "otlp_proto", 9))
+        send(settings, messages(g_spans, "otlp_json", 4), keyed_by_trace=True)
+        send(settings, [*messages(bad_spans, "otlp_proto", 100), b"\x00not otlp"])
+        traces = 40 + 30
+        got = wait_for(lambda: (m := scrape(port)) and otlp(m, "traces", "assembled") >= traces
+                       and sum(by_decision(m).values()) >= traces and m,
+                       timeout=120, what="every decision assembled and folded")
+        time.sleep(3)  # nothing more may arrive: a double count would show now
+        got = scrape(port)
+        decisions, reasons = expected(lc_decided + g_decided)
+        assert by_decision(got) == decisions
+        for code in ("critical_claim_unsupported", "weak_retrieval"):
+            assert by_reason(got, code) == reasons[code]
+        assert otlp(got, "traces", "assembled") == traces
+        assert otlp(got, "traces", "rejected") == 3
+        assert otlp(got, "messages", "rejected") == 1
+        assert otlp(got, "spans", "read") == len(lc_spans) + len(g_spans) + len(bad_spans)
+        assert got[("ragmon_content_fields_dropped_total", ())] > traces * 3
+        letters = read_dlq(broker.bootstrap, settings.topic_dlq, 4)
+        reasons_dlq = Counter(dict(r.headers)["ragmon.reason"].decode() for r in letters)
+        assert reasons_dlq == {"missing_field": 3, "not_otlp": 1}
+        for record in letters:
+            headers = dict(record.headers)
+            assert headers["ragmon.source.topic"] == b"otlp_spans"
+            assert int(headers["ragmon.source.offset"]) >= 0
+            assert CONTENT_MARKER.encode() not in (record.value or b"") + b"".join(
+                headers.values())
+    finally:
+        stop(process)
+    assert CONTENT_MARKER.encode() not in (tmp_path / "worker.log").read_bytes()
+    for topic in (settings.topic_state, settings.topic_spans, settings.topic_decisions):
+        assert CONTENT_MARKER.encode() not in b"".join(read_all(settings, topic))
+
+
+def test_kill_9_with_spans_in_the_buffer_counts_exactly(broker, tmp_path):
+    settings = broker.settings()
+    spans, decided = genai_app(200, seed=21)
+    raws = messages(spans, "otlp_proto", 7)
+    # A long grace holds traces in the buffer (and its checkpoint) across the kill.
+    env = {**OTLP, "RAGMON_OTLP_GRACE_SECONDS": "4"}
+    first, port = start_worker(broker, tmp_path, "first", env=env)
+    send(settings, raws[:len(raws) // 2])
+    wait_for(lambda: otlp(scrape(port), "spans", "read") >= len(spans) // 4,
+             what="spans merged by the first worker")
+    first.kill()  # kill -9: buffers, deliveries and commits cut wherever they were
+    first.wait()
+    send(settings, raws[len(raws) // 2:])
+    send(settings, raws[:len(raws) // 4])  # the exporter retrying: spans delivered twice
+    second, port = start_worker(broker, tmp_path, "second", env=env)
+    try:
+        wait_for(lambda: sum(by_decision(scrape(port)).values()) >= 200, timeout=120,
+                 what="every decision folded after the restart")
+        time.sleep(6)  # past the grace: a double count would show now
+        got = scrape(port)
+        decisions, _ = expected(decided)
+        assert by_decision(got) == decisions
+        assert otlp(got, "traces", "assembled") + otlp(got, "traces", "incomplete") == 200
+    finally:
+        stop(second)
