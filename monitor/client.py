@@ -22,6 +22,7 @@ import msgspec
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from opentelemetry import trace as otel_trace
 
+from monitor.ingest.assemble import span_attributes
 from monitor.ingest.contract import CONTENT_FIELDS
 from monitor.ingest.parse import Rejection, parse, strip_content
 from monitor.settings import Settings
@@ -29,8 +30,8 @@ from monitor.worker.connection import kafka_python_options as connection
 from monitor.worker.provision import ensure_topics
 
 __all__ = [
-    "DecisionEmitter", "Sender", "ensure_topics", "key_of", "produce", "publish",
-    "read_latest",
+    "DecisionEmitter", "Sender", "annotate_span", "ensure_topics", "key_of", "produce",
+    "publish", "read_latest",
 ]
 
 
@@ -125,8 +126,9 @@ class DecisionEmitter:
         emitter.close()  # flushes
 
     With an active OpenTelemetry span, a decision records its trace and span ids in
-    `otel` and sets `rag.decision`, `rag.reason`, `rag.release` and the signals as span
-    attributes.
+    `otel` and puts itself on the span as the attributes the worker's otlp intake reads
+    (`rag.decision`, `rag.reason`, `rag.release`, `rag.signals.<name>`, `rag.slice.<dim>`,
+    ..., `rag.claim` events; `annotate_span` does only that).
     """
 
     def __init__(self, settings: Settings | None = None, *, bootstrap_servers: str | None = None,
@@ -312,19 +314,44 @@ def _now() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
+def annotate_span(*, decision: str, release: str | None = None, reason: str | None = None,
+                  span: otel_trace.Span | None = None, **fields: Any) -> bool:
+    """Put a decision on an OpenTelemetry span (the current one by default) as the
+    attributes and `rag.claim` events the worker's otlp intake reads back
+    (CONTRACT.md, "Decisions from OpenTelemetry spans"): for apps that send no Kafka
+    message of their own. `fields` are `rag-decision/1` fields by name (`slice=`,
+    `signals=`, `claims=`, `requirements=`, `checks=`, `usage=`, `evals=`, `system=`,
+    `trace_id=`, `rule=`, ...); without `release`, the intake takes the resource's
+    `service.version`. Returns False when there is no recording span to annotate.
+
+        annotate_span(decision="abstain", reason="weak_retrieval",
+                      slice={"language": "de"}, signals={"top_score": 0.31})
+    """
+    target = span or otel_trace.get_current_span()
+    if not target.is_recording():
+        return False
+    system = {**fields.pop("system", {}), **({"release": release} if release else {})}
+    event = {"decision": decision, **({"reason": reason} if reason else {}),
+             **({"system": system} if system else {}), **fields}
+    attributes, claims = span_attributes(strip_content(event)[0])
+    target.set_attributes(attributes)
+    for claim in claims:
+        target.add_event("rag.claim", claim)
+    return True
+
+
 def _annotate_span(event: dict[str, Any]) -> None:
-    """Link the decision and the application's active span both ways (GenAI-style names)."""
+    """Link the decision and the application's active span both ways: `otel` in the
+    decision, and on the span the attributes the otlp intake reads (`rag.trace_id` among
+    them, so the same decision read from both is folded once)."""
     span = otel_trace.get_current_span()
     context = span.get_span_context()
     if not context.is_valid:
         return
     event.setdefault("otel", {"trace_id": format(context.trace_id, "032x"),
                               "span_id": format(context.span_id, "016x")})
-    attributes: dict[str, Any] = {"rag.decision": event["decision"],
-                                  "rag.release": event["system"]["release"]}
-    if event.get("reason"):
-        attributes["rag.reason"] = event["reason"]
-    for name, value in (event.get("signals") or {}).items():
-        if isinstance(value, int | float):
-            attributes[f"rag.signal.{name}"] = value
-    span.set_attributes(attributes)
+    if span.is_recording():
+        attributes, claims = span_attributes(strip_content(event)[0])
+        span.set_attributes(attributes)
+        for claim in claims:
+            span.add_event("rag.claim", claim)

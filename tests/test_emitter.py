@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import urllib.request
 
 import pytest
@@ -65,7 +66,9 @@ def test_active_span_links_both_ways():
         assert format(context.span_id, "016x").encode() in raw
         assert span.attributes["rag.decision"] == "abstain"
         assert span.attributes["rag.reason"] == "weak_retrieval"
-        assert span.attributes["rag.signal.top_score"] == 0.2
+        assert span.attributes["rag.signals.top_score"] == 0.2
+        assert span.attributes["rag.release"] == "r1"
+        assert span.attributes["rag.trace_id"] == json.loads(raw)["trace_id"]
     finally:
         emitter.close(timeout_seconds=1)
 

@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from monitor.cli import main
+from monitor.client import DecisionEmitter, annotate_span
 from monitor.ingest.otlp import Fragment, NotOtlp, Span, decode
 from monitor.ingest.spanbuffer import SpanBuffer
 from monitor.ingest.spans import Assembled, SpanIntake
@@ -225,3 +226,50 @@ def test_replay_otlp_gives_what_the_applications_decided(tmp_path):
     (letter,) = [json.loads(line) for line in dlq.read_text().splitlines()]
     assert letter["reason"] == "not_otlp" and letter["line"] == len(lines)
     assert CONTENT_MARKER not in out.read_text() + dlq.read_text()
+
+
+def test_what_the_sdk_puts_on_a_span_is_read_back_as_the_same_decision():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "app"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("t")
+    fields = {
+        "slice": {"language": "de", "risk": "high"}, "signals": {"top_score": 0.71},
+        "query_tokens": 14, "cluster": "returns-3", "rule": "T_CRITICAL",
+        "claims": [{"id": "c1", "importance": "critical", "verdict": "unsupported",
+                    "entailment": 0.18, "evidence": ["kb#1"], "rendered": False}],
+        "requirements": {"expected": ["a", "b"], "covered": ["a"], "critical": ["b"],
+                         "rubric": "v3"},
+        "checks": {"citation": True, "verbatim": False, "self_check": "pass"},
+        "usage": {"cost": 0.01, "input_tokens": 812}, "evals": {"faithfulness": 0.9},
+        "system": {"model": "qwen3", "index_version": "kb-11"},
+    }
+    emitter = DecisionEmitter(bootstrap_servers="127.0.0.1:9")  # nothing listens: queued
+    try:
+        with tracer.start_as_current_span("rag request"):
+            with tracer.start_as_current_span("gate"):
+                emitter.decision(release="r7", decision="partial",
+                                 reason="critical_claim_unsupported",
+                                 **json.loads(json.dumps(fields)))
+            with tracer.start_as_current_span("gate again"):
+                assert annotate_span(decision="abstain", reason="weak_retrieval",
+                                     trace_id="req-2", release="r7",
+                                     question=CONTENT_MARKER)  # content: never set
+        sent = json.loads(emitter._buffer[0][2])
+    finally:
+        emitter.close(timeout_seconds=1)
+    assert not annotate_span(decision="answer")  # no recording span here
+    spans = exporter.get_finished_spans()
+    assert all(CONTENT_MARKER not in str(dict(s.attributes or {})) for s in spans)
+    _, assembled = run(messages(spans, "otlp_proto", 10))
+    (got,) = [json.loads(a.raw or b"") for a in assembled]
+    # the decision span is the last to end, and it holds the later annotation
+    assert got["trace_id"] == "req-2" and got["decision"] == "abstain"
+    spans_of_first = [s for s in spans if s.name != "gate again"]
+    _, assembled = run(messages(spans_of_first, "otlp_json", 10))
+    (got,) = [json.loads(a.raw or b"") for a in assembled]
+    for key in ("trace_id", "decision", "reason", "slice", "signals", "query_tokens",
+                "cluster", "rule", "claims", "requirements", "checks", "evals"):
+        assert got[key] == sent[key], key
+    assert got["system"] == {"app": "app", **sent["system"]}
+    assert got["usage"]["cost"] == 0.01 and got["usage"]["input_tokens"] == 812

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from monitor.ingest.otlp import Span, Value
 
-__all__ = ["assemble", "decision_span", "is_root"]
+__all__ = ["assemble", "decision_span", "is_root", "span_attributes"]
 
 _LLM_OPERATIONS: Final = frozenset({"chat", "text_completion", "generate_content"})
 _SYSTEM: Final = ("model", "embedding_model", "index_version", "reranker", "prompt_version",
@@ -132,7 +132,35 @@ def _claim(attrs: dict[str, Value]) -> dict[str, Value]:
             if key.startswith("rag.claim.")}
 
 
+def span_attributes(event: dict[str, Any]) -> tuple[dict[str, Value], list[dict[str, Value]]]:
+    """The inverse of `assemble` for one decision (a `rag-decision/1` object): the span
+    attributes the intake reads it back from, and one `rag.claim` event's attributes per
+    claim. Values that are not attribute values (None, maps inside lists) are left out."""
+    attributes: dict[str, Value] = {}
+
+    def put(name: str, value: Any) -> None:
+        if isinstance(value, str | bool | int | float):
+            attributes[name] = value
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            attributes[name] = list(value)
+
+    put("rag.trace_id", event.get("trace_id"))
+    for name in _TOP:
+        put(f"rag.{name}", event.get(name))
+    for name, value in (event.get("system") or {}).items():
+        put(f"rag.{name}", value)
+    for group in ("slice", "signals", "evals", "requirements", "checks", "usage"):
+        for name, value in (event.get(group) or {}).items():
+            put(f"rag.{group}.{name}", value)
+    claims = [{f"rag.claim.{key}": value for key, value in claim.items()
+               if isinstance(value, str | bool | int | float)
+               or (isinstance(value, list) and all(isinstance(v, str) for v in value))}
+              for claim in event.get("claims") or () if isinstance(claim, dict)]
+    return attributes, claims
+
+
 def _usage(rag: dict[str, Value], llms: list[Span], timed: Span) -> dict[str, Value]:
+    """`rag.usage.<field>` first (what the SDK sets), else from the LLM and root spans."""
     usage: dict[str, Value] = {"latency_ms": max(timed.end - timed.start, 0) / 1e6}
     for field, names in (("input_tokens", ("gen_ai.usage.input_tokens", "llm.token_count.prompt")),
                          ("output_tokens", ("gen_ai.usage.output_tokens",
@@ -143,10 +171,9 @@ def _usage(rag: dict[str, Value], llms: list[Span], timed: Span) -> dict[str, Va
     if llms:
         usage["model_calls"] = len(llms)
     costs = [span.attrs["llm.cost.total"] for span in llms if "llm.cost.total" in span.attrs]
-    if "rag.usage.cost" in rag:
-        usage["cost"] = rag["rag.usage.cost"]
-    elif costs:
+    if costs:
         usage["cost"] = sum(cost for cost in costs if isinstance(cost, int | float))
+    usage.update(_grouped(rag, "usage").get("usage", {}))
     return usage
 
 
