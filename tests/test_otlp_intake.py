@@ -5,9 +5,14 @@ encoded by the OTel SDK's OTLP encoder, decoded, buffered and assembled into dec
 
 from __future__ import annotations
 
+import http.server
 import json
+import os
+import subprocess
+import sys
+import threading
 from collections import Counter
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from opentelemetry.sdk.resources import Resource
@@ -273,3 +278,43 @@ def test_what_the_sdk_puts_on_a_span_is_read_back_as_the_same_decision():
         assert got[key] == sent[key], key
     assert got["system"] == {"app": "app", **sent["system"]}
     assert got["usage"]["cost"] == 0.01 and got["usage"]["input_tokens"] == 812
+
+
+class _Receiver(http.server.BaseHTTPRequestHandler):
+    """An OTLP/HTTP endpoint (what the Collector's otlp receiver is): keeps the bodies."""
+
+    bodies: ClassVar[list[bytes]] = []
+
+    def do_POST(self) -> None:
+        size = int(self.headers["Content-Length"])
+        _Receiver.bodies.append(self.rfile.read(size))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.end_headers()
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("app", ["langchain_app.py", "plain_otel_app.py"])
+def test_the_documented_examples_run_as_written(app, examples):
+    """examples/otlp/*.py, run as docs/otlp.md says, export OTLP/HTTP to a receiver;
+    the requests they send (the bytes the Collector forwards) assemble into decisions."""
+    _Receiver.bodies = []
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = {**os.environ, "OTEL_SERVICE_NAME": "support-assistant",
+               "OTEL_RESOURCE_ATTRIBUTES": "service.version=2026.12.1",
+               "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{server.server_port}"}
+        done = subprocess.run([sys.executable, str(examples / "otlp" / app), "--requests", "12"],
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    finally:
+        server.shutdown()
+    intake, assembled = run(_Receiver.bodies)
+    decisions = [json.loads(a.raw or b"") for a in assembled]
+    assert len(decisions) == 12 and intake.buffer.counts["traces_rejected"] == 0
+    assert {d["system"]["release"] for d in decisions} == {"2026.12.1"}
+    assert {d["system"]["app"] for d in decisions} == {"support-assistant"}
+    assert all("top_score" in d["signals"] for d in decisions)

@@ -131,10 +131,10 @@ class SpanBuffer:
             if not final and now < self.pending[trace_id].first + self.timeout:
                 break  # pending is oldest first
             taken.append(self._take(trace_id, False))
-        for trace_id in [t for t, at in self.done.items() if at < now - self.timeout]:
-            del self.done[trace_id]
-        while len(self.done) > self.max_traces:
-            del self.done[next(iter(self.done))]
+        done = self.done  # oldest first, taken at a clock that never goes back
+        while done and (len(done) > self.max_traces
+                        or next(iter(done.values())) < now - self.timeout):
+            del done[next(iter(done))]
         return taken
 
     def count(self, outcome: str) -> None:
