@@ -173,11 +173,14 @@ def test_a_trace_without_its_root_waits_for_the_timeout_then_is_incomplete():
 
 def test_the_buffer_is_bounded_under_a_flood_of_traces_that_never_complete():
     buffer = SpanBuffer(grace_seconds=2, timeout_seconds=1e9, max_traces=1000, max_spans=4)
+    whole = _fragment("e" * 32, 0, _span("1" * 16, "", 100.0, **{"rag.decision": "answer"}))
+    buffer.add(whole)  # complete, in its grace: never evicted by the flood behind it
     for n in range(50_000):
         buffer.add(_fragment(f"{n:032x}", n, _span("1" * 16, "2" * 16, 100.0 + n / 1000),
                              _span("3" * 16, "2" * 16, 100.0)))
         assert len(buffer) <= 1000
-    assert buffer.counts["traces_evicted"] == 49_000
+    assert buffer.counts["traces_evicted"] == 50_000 - 999  # the complete one stays
+    assert [ready.trace_id for ready in buffer.due()][:1] == ["e" * 32]
     one = "f" * 32  # one trace of many spans keeps max_spans of them
     for n in range(100):
         buffer.add(_fragment(one, 10**6 + n, _span(f"{n:016x}", "2" * 16, 200.0)))

@@ -9,7 +9,8 @@ a later one, e.g. the worker's while its input is quiet). So a backlog read hour
 assembles exactly as it would have live, and a replay of the same spans gives the same
 decisions.
 
-Bounded: at most `max_traces` traces wait (the oldest is evicted beyond that, counted)
+Bounded: at most `max_traces` traces wait (beyond that the oldest incomplete one is
+evicted, counted; a complete one is never evicted, it is taken before its grace)
 and at most `max_spans` spans are kept per trace (more are counted, not kept). A
 fragment seen twice (the same source message, redelivered) is merged once; spans of a
 trace already taken within the last `timeout_seconds` are counted `late` and dropped.
@@ -78,6 +79,7 @@ class SpanBuffer:
                                                      ("spans", SPAN_OUTCOMES)) for name in names}
             | {"content_fields_dropped": 0})
         self._complete: set[str] = set()       # pending with decision and root spans
+        self._early: list[Ready] = []          # complete, taken at the bound: due next
 
     def __len__(self) -> int:
         return len(self.pending)
@@ -114,7 +116,12 @@ class SpanBuffer:
             self._complete.add(trace_id)
         evicted = []
         while len(self.pending) > self.max_traces:
-            oldest = next(iter(self.pending))
+            # The oldest trace still incomplete goes (counted); when every waiting trace
+            # is complete, the oldest is taken now, before its grace has passed.
+            oldest = next((t for t in self.pending if t not in self._complete), None)
+            if oldest is None:
+                self._early.append(self._take(next(iter(self.pending)), True))
+                continue
             evicted.append(self._take(oldest, False))
             count["traces_evicted"] += 1
         return evicted
@@ -125,8 +132,9 @@ class SpanBuffer:
         if clock is not None and clock > self.clock:
             self.clock = clock
         now = self.clock
-        taken = [self._take(trace_id, True) for trace_id in sorted(self._complete)
-                 if final or now >= self.pending[trace_id].newest + self.grace]
+        taken, self._early = self._early, []
+        taken += [self._take(trace_id, True) for trace_id in sorted(self._complete)
+                  if final or now >= self.pending[trace_id].newest + self.grace]
         for trace_id in list(self.pending):
             if not final and now < self.pending[trace_id].first + self.timeout:
                 break  # pending is oldest first

@@ -71,9 +71,11 @@ def admin_client(settings: Settings) -> KafkaAdminClient:
                             request_timeout_ms=int(settings.connect_timeout_seconds * 1000))
 
 
-def input_topics(settings: Settings) -> tuple[str, str, str]:
-    """The topics ragmon consumes: partition p of each is one state."""
-    return settings.topic_decisions, settings.topic_labels, settings.topic_feedback
+def input_topics(settings: Settings) -> tuple[str, ...]:
+    """The topics ragmon consumes (partition p of the first three is one state), with
+    the otlp intake's two when it is on."""
+    otlp = (settings.otlp_topic, settings.topic_spans) if settings.otlp_topic else ()
+    return settings.topic_decisions, settings.topic_labels, settings.topic_feedback, *otlp
 
 
 def ensure_topics(settings: Settings) -> list[str]:

@@ -85,7 +85,11 @@ async def check_topics(worker: Worker) -> None:
     log.warning("reading partitions %s again from the beginning",
                 sorted({tp.partition for tp in assigned}))
     async with worker._folding:
-        await worker.partitions.forget({tp.partition for tp in assigned})
+        await worker.partitions.forget({tp.partition for tp in assigned
+                                        if tp.topic in worker.topics})
+        if worker.spans is not None:  # the span buffers restore from the new log too
+            worker.spans.forget({tp.partition for tp in assigned
+                                 if tp.topic == settings.topic_spans})
         await rewind(worker.app.consumer, assigned)
     # The fold gets a whole stall period from here: the outage before it was no stall, and
     # a restart in place now would start counting again and lose the `state_lost` count.
