@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -108,8 +109,12 @@ def test_contract_violations_are_rejected_without_content():
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     with provider.get_tracer("t").start_as_current_span("gate") as span:
         span.set_attribute("rag.decision", "maybe")
-    _, assembled = run(messages(exporter.get_finished_spans(), "otlp_json", 10))
-    assert [a.rejection.reason for a in assembled if a.rejection] == ["invalid_value"]
+    with provider.get_tracer("t").start_as_current_span("gate") as span:
+        span.set_attribute("rag.decision", "answer")
+        span.set_attribute("rag.signals.top_score", float("nan"))
+    _, assembled = run(messages(exporter.get_finished_spans(), "otlp_proto", 10))
+    assert sorted(a.rejection.reason for a in assembled if a.rejection) == [
+        "invalid_value", "non_finite"]
 
 
 def test_traces_without_a_decision_are_counted_not_rejected():
@@ -300,8 +305,8 @@ class _Receiver(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.mark.parametrize("app", ["langchain_app.py", "plain_otel_app.py"])
-def test_the_documented_examples_run_as_written(app, examples):
-    """examples/otlp/*.py, run as docs/otlp.md says, export OTLP/HTTP to a receiver;
+def test_the_documented_examples_run_as_written(app):
+    """docs/otlp/*.py, run as docs/otlp.md says, export OTLP/HTTP to a receiver;
     the requests they send (the bytes the Collector forwards) assemble into decisions."""
     _Receiver.bodies = []
     server = http.server.HTTPServer(("127.0.0.1", 0), _Receiver)
@@ -310,7 +315,8 @@ def test_the_documented_examples_run_as_written(app, examples):
         env = {**os.environ, "OTEL_SERVICE_NAME": "support-assistant",
                "OTEL_RESOURCE_ATTRIBUTES": "service.version=2026.12.1",
                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{server.server_port}"}
-        done = subprocess.run([sys.executable, str(examples / "otlp" / app), "--requests", "12"],
+        docs = Path(__file__).resolve().parents[1] / "docs" / "otlp"
+        done = subprocess.run([sys.executable, str(docs / app), "--requests", "12"],
                               env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
     finally:

@@ -14,10 +14,13 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, Final
 
+import msgspec
+
 from monitor.ingest.otlp import Span, Value
 
 __all__ = ["assemble", "decision_span", "is_root", "span_attributes"]
 
+_ENCODE: Final = msgspec.json.Encoder().encode
 _LLM_OPERATIONS: Final = frozenset({"chat", "text_completion", "generate_content"})
 _SYSTEM: Final = ("model", "embedding_model", "index_version", "reranker", "prompt_version",
                   "gate_config")
@@ -46,10 +49,13 @@ def assemble(trace_id: str, spans: list[Span]) -> bytes | None:
         for key, value in span.attrs.items():
             if key.startswith("rag."):
                 rag[key] = value
-    llms = [span for span in ordered if _kind(span) == "LLM"]
-    retrievals = [span for span in ordered if _kind(span) == "RETRIEVER"]
-    embeddings = [span for span in ordered if _kind(span) == "EMBEDDING"]
-    roots = [span for span in ordered if is_root(span)]
+    by_kind: dict[str | None, list[Span]] = {"LLM": [], "RETRIEVER": [], "EMBEDDING": []}
+    roots = []
+    for span in ordered:
+        by_kind.setdefault(_kind(span), []).append(span)
+        if is_root(span):
+            roots.append(span)
+    llms, retrievals, embeddings = by_kind["LLM"], by_kind["RETRIEVER"], by_kind["EMBEDDING"]
     message: dict[str, Any] = {
         "schema": "rag-decision/1",
         "trace_id": rag.get("rag.trace_id", trace_id),
@@ -102,7 +108,10 @@ def assemble(trace_id: str, spans: list[Span]) -> bytes | None:
     evals.update(_grouped(rag, "evals").get("evals", {}))
     if evals:
         message["evals"] = evals
-    return json.dumps(message, separators=(",", ":"), allow_nan=True).encode()
+    raw = _ENCODE(message)
+    if b"null" in raw:  # a NaN or infinity (msgspec writes null): written as JSON's
+        raw = json.dumps(message, separators=(",", ":"), allow_nan=True).encode()  # NaN,
+    return raw  # which the contract's validation rejects as `non_finite`
 
 
 def _kind(span: Span) -> str | None:

@@ -19,7 +19,7 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, NamedTuple, TypeAlias
 
 import msgspec
@@ -62,6 +62,32 @@ _CONTENT_LAST: Final = CONTENT_FIELDS | {"metadata", "query"}
 _USED_KINDS: Final = frozenset({"LLM", "RETRIEVER", "EMBEDDING", "RERANKER"})
 # Events read by the mapping; the rest (logs, exceptions with their messages) are dropped.
 EVENTS: Final = frozenset({"rag.claim", "gen_ai.evaluation.result"})
+
+
+_KEEP, _CONTENT, _IGNORE, _ROW, _GENAI_DOCS = "keep", "content", "ignore", "row", "genai_docs"
+Route: TypeAlias = tuple[Any, ...]
+_ROUTES: dict[str, Route] = {}  # per attribute key seen: what `_Gather.keep` does with it
+_ROUTES_MAX: Final = 100_000
+
+
+def _route(key: str) -> Route:
+    """What to do with an attribute named `key` (cached: keys repeat across spans)."""
+    if key.startswith("rag.") or key in _KEPT:
+        route: Route = (_CONTENT,) if _is_content(key) else (_KEEP,)
+    elif (found := _DOCUMENT.fullmatch(key)) is not None:
+        # Every numbered document counts (OpenInference's LangChain documents have only
+        # content and metadata); only its id and score are kept.
+        at = {"id": 0, "score": 1}.get(found[2])
+        route = (_ROW, "docs", int(found[1]), at, at is None and _is_content(key))
+    elif (found := _EVALUATION.fullmatch(key)) is not None:
+        route = (_ROW, "evals", int(found[1]), 0 if found[2] == "name" else 1, False)
+    elif key == "gen_ai.retrieval.documents":
+        route = (_GENAI_DOCS,)
+    else:
+        route = (_CONTENT,) if _is_content(key) else (_IGNORE,)
+    if len(_ROUTES) < _ROUTES_MAX:  # a producer inventing keys cannot grow it forever
+        _ROUTES[key] = route
+    return route
 
 
 class Span(msgspec.Struct, array_like=True, gc=False):
@@ -161,27 +187,29 @@ class _Gather:
                 or len(attrs) > 1 or attrs.get("openinference.span.kind", "CHAIN") in _USED_KINDS):
             fragment.spans.append(span)
 
-    def keep(self, pairs: Iterable[tuple[str, Value]], span: Span) -> None:
-        """Put the attributes the mapping reads into `span`; count content dropped."""
+    def keep(self, pairs: Iterable[tuple[str, Any]], span: Span,
+             value_of: Callable[[Any], Value]) -> None:
+        """Put the attributes the mapping reads into `span`; count content dropped.
+        `pairs` are (key, raw value): a value is converted (`value_of`) only if kept."""
         attrs = span.attrs
-        for key, value in pairs:
-            if key.startswith("rag.") or key in _KEPT:
-                if _is_content(key):
-                    self.dropped += 1
-                else:
-                    attrs[key] = value
-            elif (found := _DOCUMENT.fullmatch(key)) is not None:
-                # Every numbered document counts (OpenInference's LangChain documents have
-                # only content and metadata); only its id and score are kept.
-                field = found[2]
-                _put(span.docs, int(found[1]), {"id": 0, "score": 1}.get(field), value)
-                self.dropped += field not in ("id", "score") and _is_content(key)
-            elif (found := _EVALUATION.fullmatch(key)) is not None:
-                _put(span.evals, int(found[1]), 0 if found[2] == "name" else 1, value)
-            elif key == "gen_ai.retrieval.documents":
-                span.docs.extend(self._documents(value))
-            elif _is_content(key):
+        for key, raw in pairs:
+            route = _ROUTES.get(key)
+            if route is None:
+                route = _route(key)
+            kind = route[0]
+            if kind is _IGNORE:
+                continue
+            if kind is _CONTENT:
                 self.dropped += 1
+            elif kind is _KEEP:
+                attrs[key] = value_of(raw)
+            elif kind is _ROW:  # a numbered document or evaluation field
+                _, rows, index, at, content = route
+                _put(span.docs if rows == "docs" else span.evals, index, at,
+                     value_of(raw) if at is not None else "")
+                self.dropped += content
+            else:  # gen_ai.retrieval.documents
+                span.docs.extend(self._documents(value_of(raw)))
 
     def _documents(self, value: Value) -> list[tuple[str | None, float | None]]:
         """GenAI `gen_ai.retrieval.documents`: a JSON array of `{"id", "score"}` (anything
@@ -210,15 +238,16 @@ def _walk_json(document: Any, gather: _Gather) -> None:
                 span = Span(_json_id(raw.get("spanId"), 16), _json_id(raw.get("parentSpanId"), 16),
                             int(raw.get("startTimeUnixNano") or 0),
                             int(raw.get("endTimeUnixNano") or 0), service, version, {})
-                gather.keep(_json_attributes(raw.get("attributes")), span)
+                gather.keep(_json_pairs(raw.get("attributes")), span, _json_value)
                 for event in raw.get("events") or ():
                     name = event.get("name") or ""
                     if name in EVENTS:
                         kept = Span("", "", 0, 0, None, None, {})
-                        gather.keep(_json_attributes(event.get("attributes")), kept)
+                        gather.keep(_json_pairs(event.get("attributes")), kept, _json_value)
                         span.events.append((name, kept.attrs))
                     else:
-                        gather.dropped += _content_count(_json_attributes(event.get("attributes")))
+                        gather.dropped += _content_count(k for k, _ in _json_pairs(
+                            event.get("attributes")))
                 trace_id = _json_id(raw.get("traceId"), 32)
                 if len(trace_id) != 32 or len(span.span_id) != 16:
                     raise ValueError("a span without a trace id or span id")
@@ -236,14 +265,15 @@ def _walk_proto(data: TracesData, gather: _Gather) -> None:
                 span = Span(raw.span_id.hex(), raw.parent_span_id.hex(),
                             raw.start_time_unix_nano, raw.end_time_unix_nano,
                             service, version, {})
-                gather.keep(_proto_attributes(raw.attributes), span)
+                gather.keep(((kv.key, kv.value) for kv in raw.attributes), span, _proto_value)
                 for event in raw.events:
                     if event.name in EVENTS:
                         kept = Span("", "", 0, 0, None, None, {})
-                        gather.keep(_proto_attributes(event.attributes), kept)
+                        gather.keep(((kv.key, kv.value) for kv in event.attributes), kept,
+                                    _proto_value)
                         span.events.append((event.name, kept.attrs))
                     else:
-                        gather.dropped += _content_count(_proto_attributes(event.attributes))
+                        gather.dropped += _content_count(kv.key for kv in event.attributes)
                 gather.add(raw.trace_id.hex(), span, gather.dropped - before)
 
 
@@ -268,8 +298,13 @@ def _proto_value(value: AnyValue) -> Value:
 
 
 def _json_attributes(pairs: Any) -> Iterator[tuple[str, Value]]:
+    for key, value in _json_pairs(pairs):
+        yield key, _json_value(value)
+
+
+def _json_pairs(pairs: Any) -> Iterator[tuple[str, dict[str, Any]]]:
     for pair in pairs or ():
-        yield pair["key"], _json_value(pair.get("value") or {})
+        yield pair["key"], pair.get("value") or {}
 
 
 def _json_value(value: dict[str, Any]) -> Value:
@@ -335,5 +370,5 @@ def _is_content(key: str) -> bool:
             or key.rpartition(".")[2] in _CONTENT_LAST)
 
 
-def _content_count(pairs: Iterable[tuple[str, Value]]) -> int:
-    return sum(1 for key, _ in pairs if _is_content(key))
+def _content_count(keys: Iterable[str]) -> int:
+    return sum(1 for key in keys if (_ROUTES.get(key) or _route(key))[0] is _CONTENT)

@@ -19,6 +19,7 @@ Counters (`counts`) say where every span and every trace went.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from typing import Final, NamedTuple
 
@@ -79,6 +80,9 @@ class SpanBuffer:
                                                      ("spans", SPAN_OUTCOMES)) for name in names}
             | {"content_fields_dropped": 0})
         self._complete: set[str] = set()       # pending with decision and root spans
+        # (newest span end, trace id) of complete traces, soonest first; an entry whose
+        # trace got a newer span since is pushed again when popped.
+        self._soonest: list[tuple[float, str]] = []
         self._early: list[Ready] = []          # complete, taken at the bound: due next
 
     def __len__(self) -> int:
@@ -114,6 +118,7 @@ class SpanBuffer:
         pending.root = pending.root or any(not s.parent for s in kept)
         if pending.decision and pending.root:
             self._complete.add(trace_id)
+            heapq.heappush(self._soonest, (pending.newest, trace_id))
         evicted = []
         while len(self.pending) > self.max_traces:
             # The oldest trace still incomplete goes (counted); when every waiting trace
@@ -133,8 +138,16 @@ class SpanBuffer:
             self.clock = clock
         now = self.clock
         taken, self._early = self._early, []
-        taken += [self._take(trace_id, True) for trace_id in sorted(self._complete)
-                  if final or now >= self.pending[trace_id].newest + self.grace]
+        soonest = self._soonest
+        while soonest and (final or soonest[0][0] + self.grace <= now):
+            newest, trace_id = heapq.heappop(soonest)
+            pending = self.pending.get(trace_id)
+            if pending is None or trace_id not in self._complete:
+                continue  # taken already (an entry pushed again, or at the bound)
+            if pending.newest > newest and not final:
+                heapq.heappush(soonest, (pending.newest, trace_id))
+                continue
+            taken.append(self._take(trace_id, True))
         for trace_id in list(self.pending):
             if not final and now < self.pending[trace_id].first + self.timeout:
                 break  # pending is oldest first
@@ -166,4 +179,5 @@ class SpanBuffer:
         self.counts.update(state.counts)
         self._complete = {trace_id for trace_id, p in self.pending.items()
                           if p.decision and p.root}
+        self._soonest = sorted((self.pending[t].newest, t) for t in self._complete)
 

@@ -10,8 +10,11 @@ produces it to the decisions topic (the worker), and the same fold takes it from
 
 from __future__ import annotations
 
+import zlib
 from collections import Counter
-from typing import NamedTuple, Protocol
+from typing import Final, NamedTuple, Protocol
+
+import msgspec
 
 from monitor.ingest.assemble import assemble
 from monitor.ingest.contract import Trace
@@ -19,7 +22,50 @@ from monitor.ingest.otlp import Decoded, Fragment, NotOtlp, decode
 from monitor.ingest.parse import Rejection, parse
 from monitor.ingest.spanbuffer import Ready, SpanBuffer
 
-__all__ = ["Assembled", "SpanIntake", "SpanSettings", "buffer_of"]
+__all__ = ["Assembled", "Forwarded", "SpanIntake", "SpanSettings", "buffer_of", "forward"]
+
+_FRAGMENTS_BYTES: Final = 1024 * 1024  # a spans record holds fragments up to about this
+_fragments = msgspec.msgpack.Encoder()
+
+
+class Forwarded(NamedTuple):
+    """A batch of OTLP messages made into records of fragments for the spans topic:
+    by partition (`crc32(trace id) % partitions`), and the messages refused (index in
+    the batch, reason, detail: no bytes of the message)."""
+
+    chunks: dict[int, list[bytes]]
+    rejected: list[tuple[int, str, str]]
+
+
+def forward(raws: list[bytes], sources: list[tuple[str, int, int]], partitions: int,
+            max_bytes: int) -> Forwarded:
+    """Decode each message and group its traces' fragments by spans partition."""
+    by_partition: dict[int, list[Fragment]] = {}
+    rejected = []
+    for index, (raw, source) in enumerate(zip(raws, sources, strict=True)):
+        found = decode(raw, source, max_bytes)
+        if isinstance(found, NotOtlp):
+            rejected.append((index, found.reason, found.detail))
+            continue
+        for fragment in found.fragments:
+            partition = zlib.crc32(fragment.trace_id.encode()) % partitions
+            by_partition.setdefault(partition, []).append(fragment)
+    return Forwarded({partition: [_fragments.encode(chunk) for chunk in _chunks(fragments)]
+                      for partition, fragments in by_partition.items()}, rejected)
+
+
+def _chunks(fragments: list[Fragment]) -> list[list[Fragment]]:
+    """Fragments in records of about `_FRAGMENTS_BYTES` (a guess by span count: a kept
+    span encodes to ~100-300 bytes)."""
+    chunks: list[list[Fragment]] = [[]]
+    spans = 0
+    for fragment in fragments:
+        if spans >= _FRAGMENTS_BYTES // 300 and chunks[-1]:
+            chunks.append([])
+            spans = 0
+        chunks[-1].append(fragment)
+        spans += len(fragment.spans) + 1
+    return chunks
 
 
 class SpanSettings(Protocol):

@@ -10,7 +10,8 @@ process and handed in as bytes.
 
 `States` is the plain-value part (no I/O): tests and the child use the same class. The
 requests are typed (`Restore`, `FoldGroups`, `Forget`, `ReadLocal`: one per method of
-`States`), and `monitor/worker/partitions.py` has one client method per request.
+`States`; `Forward`, the otlp intake's decoding, needs no state), and
+`monitor/worker/partitions.py` has one client method per request.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from monitor.aggregate.pipeline import Pipeline, slicer_of
 from monitor.export.snapshot import Local, local_of
 from monitor.ingest.parse import Rejection
 from monitor.ingest.slices import Cap
+from monitor.ingest.spans import forward
 from monitor.messages import pack_message, read_message
 from monitor.settings import Settings
 
@@ -37,6 +39,7 @@ __all__ = [
     "FoldGroups",
     "Folded",
     "Forget",
+    "Forward",
     "Group",
     "PartitionState",
     "ReadLocal",
@@ -107,7 +110,15 @@ class ReadLocal(NamedTuple):
     """What the scrapes need of the pipelines held -> `Local`."""
 
 
-Request = Restore | FoldGroups | Forget | ReadLocal
+class Forward(NamedTuple):
+    """Decode OTLP messages into fragment records for the spans topic -> `Forwarded`
+    (the otlp intake's first step, monitor/worker/spans.py: CPU, off the Faust process)."""
+
+    raws: list[bytes]
+    sources: list[tuple[str, int, int]]
+
+
+Request = Restore | FoldGroups | Forget | ReadLocal | Forward
 
 
 class States:
@@ -263,6 +274,9 @@ def answer(states: States, request: Request) -> Any:
             return states.forget(partitions)
         case ReadLocal():
             return states.local()
+        case Forward(raws, sources):
+            return forward(raws, sources, states.settings.partitions,
+                           states.settings.otlp_max_message_bytes)
     raise TypeError(f"not a request of the states process: {request!r}")
 
 

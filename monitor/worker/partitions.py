@@ -25,11 +25,21 @@ from collections.abc import Awaitable, Iterable
 from typing import Any, cast
 
 from monitor.export.snapshot import Health, Local
+from monitor.ingest.spans import Forwarded
 from monitor.messages import MESSAGE_LENGTH, pack_message
 from monitor.settings import Settings
 from monitor.worker import child as states
 from monitor.worker import topics
-from monitor.worker.child import Folded, FoldGroups, Forget, Group, ReadLocal, Request, Restore
+from monitor.worker.child import (
+    Folded,
+    FoldGroups,
+    Forget,
+    Forward,
+    Group,
+    ReadLocal,
+    Request,
+    Restore,
+)
 
 __all__ = ["Folded", "Group", "Partitions"]
 
@@ -81,6 +91,11 @@ class Partitions:
         for found in folded:
             self.offsets[found.partition] = found.offsets
         return folded
+
+    async def forward(self, raws: list[bytes],
+                      sources: list[tuple[str, int, int]]) -> Forwarded:
+        """OTLP messages -> fragment records (monitor/worker/spans.py), in the states process."""
+        return await self._child.forward(raws, sources)
 
     async def refresh_local(self) -> None:
         self.local = await self._child.local()
@@ -208,6 +223,9 @@ class _Child:
 
     async def local(self) -> Local:
         return cast(Local, await self._call(ReadLocal()))
+
+    async def forward(self, raws: list[bytes], sources: list[tuple[str, int, int]]) -> Forwarded:
+        return cast(Forwarded, await self._call(Forward(raws, sources)))
 
     async def _call(self, request: Request) -> Any:
         async with self._lock:

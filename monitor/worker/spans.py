@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import zlib
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -40,17 +39,15 @@ from typing import Any
 import msgspec
 
 from monitor.export.snapshot import Health
-from monitor.ingest.otlp import Fragment, NotOtlp, decode
+from monitor.ingest.otlp import Fragment
 from monitor.ingest.parse import Rejection
-from monitor.ingest.spans import Assembled, SpanIntake
+from monitor.ingest.spans import Assembled, Forwarded, SpanIntake
 from monitor.settings import Settings
 from monitor.worker import topics
 
 __all__ = ["SpanStage"]
 
 log = logging.getLogger("ragmon.worker")
-_FRAGMENTS_BYTES = 1024 * 1024  # a spans record holds fragments up to about this size
-_fragments = msgspec.msgpack.Encoder()
 _read_fragments = msgspec.msgpack.Decoder(list[Fragment])
 
 
@@ -61,6 +58,7 @@ class _Checkpoint(msgspec.Struct):
 
 _read_checkpoint = msgspec.msgpack.Decoder(_Checkpoint)
 DeadLetter = Callable[[tuple[str, int, int], bytes, Rejection], Awaitable[None]]
+Decode = Callable[[list[bytes], list[tuple[str, int, int]]], Awaitable[Forwarded]]
 
 
 class _Held:
@@ -72,8 +70,10 @@ class _Held:
 
 class SpanStage:
     def __init__(self, settings: Settings, spans_topic: Any, decisions_topic: Any,
-                 state_topic: Any, health: Health, dead_letter: DeadLetter) -> None:
+                 state_topic: Any, health: Health, dead_letter: DeadLetter,
+                 decode: Decode) -> None:
         self.settings = settings
+        self.decode = decode  # OTLP messages -> fragment records (the states process)
         self.spans_topic = spans_topic
         self.decisions_topic = decisions_topic
         self.state_topic = state_topic
@@ -87,29 +87,17 @@ class SpanStage:
         return f"{self.settings.app_id}:{self.settings.topic_spans}:{partition}".encode()
 
     async def forward(self, records: Sequence[Any]) -> None:
-        """Step 1: OTLP messages -> fragments, re-keyed by trace id into `topic_spans`."""
-        limit = self.settings.otlp_max_message_bytes
-        by_partition: dict[int, list[Fragment]] = {}
-        partitions = self.settings.partitions
-        rejected = 0
-        for record in records:
-            raw = record.value if isinstance(record.value, bytes) else b""
-            source = (str(record.topic), int(record.partition), int(record.offset))
-            found = decode(raw, source, limit)
-            if isinstance(found, NotOtlp):
-                rejected += 1
-                await self.dead_letter(source, b"", Rejection(found.reason, found.detail, b"", 0))
-                continue
-            for fragment in found.fragments:
-                partition = zlib.crc32(fragment.trace_id.encode()) % partitions
-                by_partition.setdefault(partition, []).append(fragment)
-        deliveries = []
-        for partition, fragments in sorted(by_partition.items()):
-            for chunk in _chunks(fragments):
-                deliveries.append(await self.spans_topic.send(
-                    key=None, value=_fragments.encode(chunk), partition=partition))
+        """Step 1: OTLP messages -> fragments, re-keyed by trace id into `topic_spans`
+        (decoded in the states process, `Forwarded`: the Faust process only sends)."""
+        sources = [(str(r.topic), int(r.partition), int(r.offset)) for r in records]
+        done = await self.decode([r.value if isinstance(r.value, bytes) else b""
+                                  for r in records], sources)
+        for index, reason, detail in done.rejected:
+            await self.dead_letter(sources[index], b"", Rejection(reason, detail, b"", 0))
+        deliveries = [await self.spans_topic.send(key=None, value=chunk, partition=partition)
+                      for partition, chunks in sorted(done.chunks.items()) for chunk in chunks]
         await asyncio.gather(*deliveries)
-        self.messages.update(read=len(records), rejected=rejected)
+        self.messages.update(read=len(records), rejected=len(done.rejected))
 
     async def assemble(self, records: dict[int, Sequence[Any]]) -> None:
         """Step 2: fragments -> span buffers -> decisions; checkpoints after delivery."""
@@ -211,17 +199,3 @@ class SpanStage:
         log.info("spans partition %d: restored at offset %d, %d traces waiting", partition,
                  checkpoint.applied, len(intake.buffer))
         return _Held(intake, checkpoint.applied)
-
-
-def _chunks(fragments: list[Fragment]) -> list[list[Fragment]]:
-    """Fragments in records of about `_FRAGMENTS_BYTES` (a guess by span count: a kept
-    span encodes to ~100-300 bytes)."""
-    chunks: list[list[Fragment]] = [[]]
-    spans = 0
-    for fragment in fragments:
-        if spans >= _FRAGMENTS_BYTES // 300 and chunks[-1]:
-            chunks.append([])
-            spans = 0
-        chunks[-1].append(fragment)
-        spans += len(fragment.spans) + 1
-    return chunks

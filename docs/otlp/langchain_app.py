@@ -8,7 +8,7 @@ exporter writes them to `otlp_spans`, and `ragmon worker` with
 
     pip install ragmon langchain-core openinference-instrumentation-langchain
     OTEL_SERVICE_NAME=support-assistant OTEL_RESOURCE_ATTRIBUTES=service.version=2026.12.1 \
-        python examples/otlp/langchain_app.py --requests 20
+        python docs/otlp/langchain_app.py --requests 20
 """
 
 from __future__ import annotations

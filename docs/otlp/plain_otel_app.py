@@ -6,7 +6,7 @@ default http://localhost:4318); docs/otlp.md has the Collector's configuration.
 
     pip install ragmon
     OTEL_SERVICE_NAME=support-assistant OTEL_RESOURCE_ATTRIBUTES=service.version=2026.12.1 \
-        python examples/otlp/plain_otel_app.py --requests 20
+        python docs/otlp/plain_otel_app.py --requests 20
 """
 
 from __future__ import annotations
