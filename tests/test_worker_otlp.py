@@ -6,13 +6,16 @@ through kill -9, and no content marker leaves the worker."""
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from collections import Counter
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from test_worker import read_dlq, scrape, start_worker, stop, topics_in_shape, wait_for
 
+from monitor.cli import main
 from monitor.client import produce
 from monitor.simulate import Simulator
 from monitor.worker.connection import kafka_python_options
@@ -116,6 +119,22 @@ def test_spans_of_instrumented_apps_are_counted_as_the_apps_decided(broker, tmp_
         assert otlp(got, "messages", "rejected") == 1
         assert otlp(got, "spans", "read") == len(lc_spans) + len(g_spans) + len(bad_spans)
         assert got[("ragmon_content_fields_dropped_total", ())] > traces * 3
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
+            assert CONTENT_MARKER.encode() not in page.read()
+        # `ragmon replay --otlp` on the same spans (as the Collector's file exporter
+        # writes them) gives the same decisions.
+        path = tmp_path / "spans.jsonl"
+        path.write_bytes(b"\n".join(messages(lc_spans, "otlp_json", 9)
+                                     + messages(g_spans, "otlp_json", 4)) + b"\n")
+        summary = tmp_path / "summary.json"
+        assert main(["replay", "--otlp", str(path), "--out", str(summary),
+                     "--no-progress"]) == 0
+        replayed = json.loads(summary.read_text())
+        assert Counter({(release, decision): n
+                        for release, entry in replayed["releases"].items()
+                        for decision, n in entry["total"]["decisions"].items() if n}
+                       ) == by_decision(got)
+        assert replayed["otlp"]["traces"]["assembled"] == traces
         letters = read_dlq(broker.bootstrap, settings.topic_dlq, 4)
         reasons_dlq = Counter(dict(r.headers)["ragmon.reason"].decode() for r in letters)
         assert reasons_dlq == {"missing_field": 3, "not_otlp": 1}
