@@ -133,8 +133,11 @@ class SpanStage:
             if len(buffer) == 0 or quiet < self.settings.otlp_grace_seconds:
                 continue
             held.quiet_since = now
-            await self._rolled_back_on_failure(partition, self._deliver(
-                partition, held, held.intake.take(buffer.clock + quiet), held.applied))
+            waiting = len(buffer)
+            due = held.intake.take(buffer.clock + quiet)
+            if len(buffer) < waiting:  # traces taken (counted): checkpointed with the rest
+                await self._rolled_back_on_failure(partition, self._deliver(
+                    partition, held, due, held.applied))
 
     async def _rolled_back_on_failure(self, partition: int, step: Awaitable[None]) -> None:
         """Run `step`; if it fails, drop the partition's buffer (traces it took may not
