@@ -34,7 +34,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -66,6 +66,16 @@ class _Held:
         self.intake = intake
         self.applied = applied
         self.quiet_since = time.monotonic()  # the last record merged (or the restore)
+
+
+class _Step(NamedTuple):
+    """One partition's part of a batch (or of a quiet tick): what to deliver, and the
+    spans offset its checkpoint holds."""
+
+    partition: int
+    held: _Held
+    assembled: list[Assembled]
+    applied: int
 
 
 class SpanStage:
@@ -100,16 +110,20 @@ class SpanStage:
         self.messages.update(read=len(records), rejected=len(done.rejected))
 
     async def assemble(self, records: dict[int, Sequence[Any]]) -> None:
-        """Step 2: fragments -> span buffers -> decisions; checkpoints after delivery."""
+        """Step 2: fragments -> span buffers -> decisions; checkpoints after delivery
+        (every partition's decisions sent at once, then every checkpoint)."""
         await self._restore_all(set(records))
+        work: list[_Step] = []
         for partition, found in sorted(records.items()):
             held = self.held[partition]
             fresh = [record for record in found if record.offset > held.applied]
             self.health.replayed_skipped += len(found) - len(fresh)
             if fresh:
-                await self._rolled_back_on_failure(partition, self._merge(partition, held, fresh))
+                self._merge(partition, held, fresh)
+                work.append(_Step(partition, held, held.intake.take(), fresh[-1].offset))
+        await self._deliver(work)
 
-    async def _merge(self, partition: int, held: _Held, fresh: list[Any]) -> None:
+    def _merge(self, partition: int, held: _Held, fresh: list[Any]) -> None:
         for record in fresh:
             try:
                 fragments = _read_fragments.decode(record.value)
@@ -120,12 +134,12 @@ class SpanStage:
                 continue
             held.intake.merge(fragments)
         held.quiet_since = time.monotonic()
-        await self._deliver(partition, held, held.intake.take(), fresh[-1].offset)
 
     async def tick(self, assigned: set[int]) -> None:
         """Assemble what is due in quiet partitions: a partition without records for
         `otlp_grace_seconds` moves its buffer's clock on by the wall time since."""
         now = time.monotonic()
+        work: list[_Step] = []
         for partition in sorted(assigned & set(self.held)):
             held = self.held[partition]
             quiet = now - held.quiet_since
@@ -136,17 +150,8 @@ class SpanStage:
             waiting = len(buffer)
             due = held.intake.take(buffer.clock + quiet)
             if len(buffer) < waiting:  # traces taken (counted): checkpointed with the rest
-                await self._rolled_back_on_failure(partition, self._deliver(
-                    partition, held, due, held.applied))
-
-    async def _rolled_back_on_failure(self, partition: int, step: Awaitable[None]) -> None:
-        """Run `step`; if it fails, drop the partition's buffer (traces it took may not
-        have been delivered): the retry restores it from its last checkpoint."""
-        try:
-            await step
-        except BaseException:
-            self.held.pop(partition, None)
-            raise
+                work.append(_Step(partition, held, due, held.applied))
+        await self._deliver(work)
 
     def forget(self, partitions: set[int]) -> None:
         """Drop the buffers of partitions no longer assigned (their new owner restores)."""
@@ -163,24 +168,34 @@ class SpanStage:
         total.update({f"messages_{key}": n for key, n in self.messages.items()})
         return dict(total)
 
-    async def _deliver(self, partition: int, held: _Held, assembled: list[Assembled],
-                       applied: int) -> None:
-        deliveries = []
-        for item in assembled:
-            if item.rejection is not None:
-                await self.dead_letter(item.source or ("", -1, -1), item.trace_id.encode(),
-                                       item.rejection)
-            elif item.raw is not None:
-                deliveries.append(await self.decisions_topic.send(
-                    key=item.key.encode(), value=item.raw))
-        await asyncio.gather(*deliveries)
-        checkpoint = _Checkpoint(applied, held.intake.buffer.to_bytes())
-        sent = await self.state_topic.send(key=self.state_key(partition),
-                                           value=msgspec.msgpack.encode(checkpoint),
-                                           partition=partition)
-        await sent
-        held.applied = applied
-        self.health.checkpoints += 1
+    async def _deliver(self, work: list[_Step]) -> None:
+        """Dead-letter and produce the decisions of every step, then write every step's
+        checkpoint, each once all are delivered. If anything fails, the buffers of the
+        steps are dropped (traces they took may not have been delivered): the retry
+        restores them from their last checkpoints."""
+        try:
+            deliveries = []
+            for step in work:
+                for item in step.assembled:
+                    if item.rejection is not None:
+                        await self.dead_letter(item.source or ("", -1, -1),
+                                               item.trace_id.encode(), item.rejection)
+                    elif item.raw is not None:
+                        deliveries.append(await self.decisions_topic.send(
+                            key=item.key.encode(), value=item.raw))
+            await asyncio.gather(*deliveries)
+            await asyncio.gather(*[await self.state_topic.send(
+                key=self.state_key(step.partition), partition=step.partition,
+                value=msgspec.msgpack.encode(_Checkpoint(
+                    step.applied, step.held.intake.buffer.to_bytes())))
+                for step in work])
+        except BaseException:
+            for step in work:
+                self.held.pop(step.partition, None)
+            raise
+        for step in work:
+            step.held.applied = step.applied
+            self.health.checkpoints += 1
 
     async def _restore_all(self, partitions: set[int]) -> None:
         missing = sorted(partitions - set(self.held))
