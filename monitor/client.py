@@ -318,7 +318,7 @@ def annotate_span(*, decision: str, release: str | None = None, reason: str | No
                   span: otel_trace.Span | None = None, **fields: Any) -> bool:
     """Put a decision on an OpenTelemetry span (the current one by default) as the
     attributes and `rag.claim` events the worker's otlp intake reads back
-    (CONTRACT.md, "Decisions from OpenTelemetry spans"): for apps that send no Kafka
+    (docs/otlp.md, "What is read"): for apps that send no Kafka
     message of their own. `fields` are `rag-decision/1` fields by name (`slice=`,
     `signals=`, `claims=`, `requirements=`, `checks=`, `usage=`, `evals=`, `system=`,
     `trace_id=`, `rule=`, ...); without `release`, the intake takes the resource's

@@ -164,7 +164,7 @@ class Settings(BaseSettings):
     slice_values_allowed: dict[str, list[str]] = Field(default_factory=dict)
     alarm_hold_windows: int = Field(default=30, ge=1)
     topic_references: str = "ragmon.references"
-    # The `otlp` intake (docs: CONTRACT.md, "Decisions from OpenTelemetry spans"): the
+    # The `otlp` intake (docs/otlp.md): the
     # topic the Collector's Kafka exporter writes (its default is `otlp_spans`); unset =
     # off. Spans are re-keyed by trace id into `topic_spans` (so a trace's spans meet
     # whatever partitioner the exporter used), gathered per trace, and each trace with a

@@ -1,5 +1,5 @@
-"""One OTel trace's spans -> one `rag-decision/1` message (CONTRACT.md, "Decisions from
-OpenTelemetry spans"): the mapping, first match wins.
+"""One OTel trace's spans -> one `rag-decision/1` message (docs/otlp.md, "What is
+read"): the mapping, first match wins.
 
 The result is the JSON bytes a producer would have sent to the decisions topic, and it
 goes through exactly the same parse, validation, de-duplication and fold: a `rag.decision`

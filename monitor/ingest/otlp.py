@@ -4,8 +4,8 @@ A message is an `otlp_proto` `TracesData` (the same bytes as an
 `ExportTraceServiceRequest`) or an `otlp_json` one, told apart by its first byte: JSON
 opens with `{`, a non-empty protobuf with a field tag (`0x0a`, `resource_spans`). Each
 OTel trace in it becomes one `Fragment`: the spans of that trace in that message, each
-with only the attributes and events the decision mapping reads (CONTRACT.md, "Decisions
-from OpenTelemetry spans"). Everything else is left behind here, before any buffer,
+with only the attributes and events the decision mapping reads (docs/otlp.md, "What is
+read"). Everything else is left behind here, before any buffer,
 checkpoint, log line or dead letter; attributes that carry content (`input.value`,
 `gen_ai.input.messages`, document contents, ...) are counted as they are dropped.
 
@@ -48,7 +48,7 @@ _KEPT: Final = frozenset({
 })
 _DOCUMENT = re.compile(r"(?:retrieval|reranker\.output)\.documents\.(\d+)\.document\.(\w+)")
 _EVALUATION = re.compile(r"evaluations\.(\d+)\.evaluation\.(name|score)")
-# Attributes that carry content (CONTRACT.md), dropped and counted: by exact name, by
+# Attributes that carry content (docs/otlp.md), dropped and counted: by exact name, by
 # prefix, and any name whose last part is a content word (`*.content`, `rag.answer`).
 _CONTENT_NAMES: Final = frozenset({
     "input.value", "output.value", "gen_ai.input.messages", "gen_ai.output.messages",

@@ -22,10 +22,12 @@ from monitor.ingest.otlp import Decoded, Fragment, NotOtlp, decode
 from monitor.ingest.parse import Rejection, parse
 from monitor.ingest.spanbuffer import Ready, SpanBuffer
 
-__all__ = ["Assembled", "Forwarded", "SpanIntake", "SpanSettings", "buffer_of", "forward"]
+__all__ = ["Assembled", "Forwarded", "SpanIntake", "SpanSettings", "buffer_of", "forward",
+           "fragments_of"]
 
 _FRAGMENTS_BYTES: Final = 1024 * 1024  # a spans record holds fragments up to about this
 _fragments = msgspec.msgpack.Encoder()
+_read_fragments = msgspec.msgpack.Decoder(list[Fragment])
 
 
 class Forwarded(NamedTuple):
@@ -52,6 +54,12 @@ def forward(raws: list[bytes], sources: list[tuple[str, int, int]], partitions: 
             by_partition.setdefault(partition, []).append(fragment)
     return Forwarded({partition: [_fragments.encode(chunk) for chunk in _chunks(fragments)]
                       for partition, fragments in by_partition.items()}, rejected)
+
+
+def fragments_of(record: bytes) -> list[Fragment]:
+    """The fragments of one spans record (`forward` wrote it); raises
+    msgspec.DecodeError / ValidationError on bytes it did not write."""
+    return _read_fragments.decode(record)
 
 
 def _chunks(fragments: list[Fragment]) -> list[list[Fragment]]:

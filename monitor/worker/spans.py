@@ -39,16 +39,14 @@ from typing import Any, NamedTuple
 import msgspec
 
 from monitor.export.snapshot import Health
-from monitor.ingest.otlp import Fragment
 from monitor.ingest.parse import Rejection
-from monitor.ingest.spans import Assembled, Forwarded, SpanIntake
+from monitor.ingest.spans import Assembled, Forwarded, SpanIntake, fragments_of
 from monitor.settings import Settings
 from monitor.worker import topics
 
 __all__ = ["SpanStage"]
 
 log = logging.getLogger("ragmon.worker")
-_read_fragments = msgspec.msgpack.Decoder(list[Fragment])
 
 
 class _Checkpoint(msgspec.Struct):
@@ -126,7 +124,7 @@ class SpanStage:
     def _merge(self, partition: int, held: _Held, fresh: list[Any]) -> None:
         for record in fresh:
             try:
-                fragments = _read_fragments.decode(record.value)
+                fragments = fragments_of(record.value)
             except (msgspec.DecodeError, msgspec.ValidationError, TypeError):
                 self.health.errors += 1
                 log.error("%s/%d offset %d: not a spans record; skipped",
