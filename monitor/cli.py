@@ -235,12 +235,20 @@ def _demo(args: argparse.Namespace) -> int:
 def _produce(args: argparse.Namespace) -> int:
     from monitor.client import produce
 
+    import asyncio
+
+    from monitor.worker.provision import create_missing
+    from monitor.worker.topics import check_connection
+
     settings = load(args.config, **_kafka_overrides(args))
-    _connect(settings)
+    topic = args.topic or settings.topic_decisions
+    asyncio.run(check_connection(settings))
+    for change in create_missing(settings, topic):  # the worker provisions the rest
+        print(f"ragmon: {change}", file=sys.stderr)
     lines = (line for _, batch in batches(args.file, render.progress(False, None))
              for line in batch)
-    sent = produce(settings, args.topic or settings.topic_decisions, lines)
-    print(f"produced {sent} messages to {args.topic or settings.topic_decisions}")
+    sent = produce(settings, topic, lines)
+    print(f"produced {sent} messages to {topic}")
     return 0
 
 

@@ -493,3 +493,25 @@ def test_a_flood_of_junk_releases_does_not_keep_a_new_release_out(broker, worker
                                  ("release", "2027.1.1"), ("value", "all"))), 0) > 0 and s,
         timeout=120, what="the new release exported under its own name")
     assert samples[("ragmon_slice_values_replaced_total", ())] >= 1
+
+
+def test_produce_twice_creates_only_its_topic_and_needs_no_describe_configs(broker, tmp_path):
+    """`ragmon produce FILE --bootstrap <broker>`, as a new user runs it against the demo's
+    broker: no RAGMON_CHECK_TOPIC_CONFIGS, nothing but the topic it writes to."""
+    path = tmp_path / "traces.jsonl"
+    path.write_bytes(b"\n".join(Simulator(seed=3).traces(50)) + b"\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGMON_")}
+    runs = [subprocess.run([sys.executable, "-m", "monitor.cli", "produce", str(path),
+                            "--bootstrap", broker.bootstrap], env=env, capture_output=True,
+                           text=True, timeout=120, cwd=tmp_path, check=False)
+            for _ in range(3)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert "produced 50 messages to rag.decisions" in run.stdout
+    assert "created topic rag.decisions (4 partitions)" in runs[0].stderr
+    assert "created" not in runs[1].stderr + runs[2].stderr
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        assert {t for t in admin.list_topics() if not t.startswith("__")} == {"rag.decisions"}
+    finally:
+        admin.close()

@@ -32,8 +32,8 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 from monitor.settings import Settings
 from monitor.worker.connection import ConnectionProblem, TopicProblem, kafka_python_options
 
-__all__ = ["TopicProblem", "Wanted", "admin_client", "ensure_topics", "input_topics", "topic_ids",
-           "wanted"]
+__all__ = ["TopicProblem", "Wanted", "admin_client", "create_missing", "ensure_topics",
+           "input_topics", "topic_ids", "wanted"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,28 @@ def ensure_topics(settings: Settings) -> list[str]:
     except KafkaError as exc:  # authorisation, timeouts: the broker, not the layout
         raise ConnectionProblem(f"Kafka at {settings.bootstrap_servers} refused ragmon's "
                                 f"topic requests: {exc}") from None
+
+
+def create_missing(settings: Settings, name: str) -> list[str]:
+    """A producer's only provisioning: create `name` with `partitions` partitions when it
+    is missing (one line saying so), touch nothing else, describe no configuration (the
+    embedded broker implements no DescribeConfigs). The worker provisions and checks
+    every topic, this one included, when it starts."""
+    try:
+        admin = admin_client(settings)
+        try:
+            if name in set(admin.list_topics()):
+                return []
+            try:
+                admin.create_topics([NewTopic(name, settings.partitions, 1)])
+            except TopicAlreadyExistsError:  # another producer or a worker, a moment before
+                return []
+            return [f"created topic {name} ({settings.partitions} partitions)"]
+        finally:
+            admin.close()
+    except KafkaError as exc:
+        raise ConnectionProblem(f"Kafka at {settings.bootstrap_servers} refused to create "
+                                f"topic {name}: {exc}") from None
 
 
 def topic_ids(settings: Settings, names: tuple[str, ...]) -> dict[str, str]:
