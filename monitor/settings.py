@@ -91,10 +91,17 @@ class Settings(BaseSettings):
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
+    # Every secret can come from a file instead (a Kubernetes Secret volume, a Docker
+    # secret, a Vault agent's file): read once at start, a trailing newline dropped,
+    # never printed. Setting both the value and its file is an error.
+    sasl_password_file: str | None = None
     ssl_cafile: str | None = None
     # Mutual TLS: the client's certificate (PEM, chain allowed) and its private key.
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+    # The password of an encrypted `ssl_keyfile`.
+    ssl_password: SecretStr | None = None
+    ssl_password_file: str | None = None
     # Consumer group timing. Apache Kafka refuses sessions below its
     # group.min.session.timeout.ms (6 s by default, also on managed services); the
     # embedded broker admits a member only after about half the session timeout, so the
@@ -194,6 +201,18 @@ class Settings(BaseSettings):
             "critical_support": _UNIT,
         }
     )
+
+    @model_validator(mode="after")
+    def _secret_files(self) -> Settings:
+        for name in _SECRETS:
+            path = getattr(self, f"{name}_file")
+            if path is None:
+                continue
+            if getattr(self, name) is not None:
+                raise ValueError(f"set {name} or {name}_file, not both")
+            # The settings are frozen; this is their construction, not a change.
+            object.__setattr__(self, name, SecretStr(_read_secret(f"{name}_file", path)))
+        return self
 
     @model_validator(mode="after")
     def _connection(self) -> Settings:
@@ -317,7 +336,21 @@ def _problem(err: Any) -> str:
     return f"{name}={shown}: {err['msg']}"
 
 
-_SECRETS = frozenset({"sasl_password"})
+_SECRETS = ("sasl_password", "ssl_password")
+
+
+def _read_secret(name: str, path: str) -> str:
+    """A secret's file, read: its text without the trailing newline an editor or
+    `kubectl create secret --from-file` leaves. The error names the file, never its text."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or "not UTF-8 text"
+        raise ValueError(f"{name}={path!r}: cannot read it: {why}") from None
+    text = text.rstrip("\r\n")
+    if not text:
+        raise ValueError(f"{name}={path!r}: the file is empty")
+    return text
 
 
 def _read_file(path: Path) -> dict[str, Any]:

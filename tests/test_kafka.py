@@ -143,6 +143,30 @@ def test_a_broker_that_cannot_be_used_is_one_line_and_an_exit(secure, tmp_path, 
     assert elapsed < 5 + 20, elapsed
 
 
+def test_the_sasl_password_from_a_mounted_file(secure, tmp_path):
+    """RAGMON_SASL_PASSWORD_FILE, as a Kubernetes Secret volume mounts it: the right file
+    connects, a wrong one is one line in seconds; neither password is ever printed."""
+    env = {k: v for k, v in secure.secure_env().items() if k != "RAGMON_SASL_PASSWORD"}
+    outputs = ""
+    for password, ok in ((PASSWORD, True), ("not-the-password", False)):
+        path = tmp_path / f"password-{ok}"
+        path.write_text(password + "\n")
+        started = time.monotonic()
+        result = ragmon("produce", "-", env={**env, "RAGMON_SASL_PASSWORD_FILE": str(path),
+                                             "RAGMON_CONNECT_TIMEOUT_SECONDS": "5"},
+                        cwd=tmp_path, timeout=60)
+        outputs += result.stdout + result.stderr
+        if ok:
+            assert result.returncode == 0, result.stderr[-2000:]
+            assert "produced 0 messages" in result.stdout
+        else:
+            assert result.returncode != 0
+            line = one_line(result.stderr)
+            assert secure.secure_bootstrap in line and "Authentication failed" in line, line
+            assert time.monotonic() - started < 5 + 20
+    assert PASSWORD not in outputs and "not-the-password" not in outputs
+
+
 def test_the_sdk_with_a_wrong_password_counts_failures_and_closes_in_time(secure):
     env = {**secure.secure_env(), "RAGMON_SASL_PASSWORD": "not-the-password"}
     settings = load(**{k.removeprefix("RAGMON_").lower(): v for k, v in env.items()})

@@ -84,3 +84,34 @@ def test_the_cli_warns_once_on_stderr_and_takes_config_after_the_command(
     for args in (["--config", str(bad), "replay"], ["replay", "--config", str(bad)]):
         assert main([*args, str(examples / "traces.jsonl"), "--no-progress"]) == 2
         assert "window_seconds=-5" in capsys.readouterr().err
+
+
+SECRET = "file-secret-5521"
+
+
+@pytest.mark.parametrize("name", ["sasl_password", "ssl_password"])
+def test_a_secret_comes_from_a_file_and_is_never_shown(tmp_path, name):
+    path = tmp_path / "secret"
+    path.write_text(SECRET + "\n")  # as `kubectl create secret --from-file` leaves it
+    settings = load(**{f"{name}_file": str(path)})
+    assert getattr(settings, name).get_secret_value() == SECRET
+    assert SECRET not in repr(settings) + str(settings.model_dump())
+    problems = []
+    for values, expected in (
+            ({f"{name}_file": str(tmp_path / "missing")}, "cannot read it"),
+            ({f"{name}_file": str(tmp_path / "empty")}, "is empty"),
+            ({f"{name}_file": str(path), name: SECRET}, "not both")):
+        (tmp_path / "empty").write_text("\n")
+        with pytest.raises(SettingsError) as error:
+            load(**values)
+        assert expected in str(error.value)
+        problems.append(str(error.value))
+    assert SECRET not in " ".join(problems)
+
+
+def test_a_sasl_password_file_satisfies_sasl(tmp_path):
+    path = tmp_path / "password"
+    path.write_text(SECRET)
+    settings = load(security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-256",
+                    sasl_username="ragmon", sasl_password_file=str(path))
+    assert settings.sasl_password is not None

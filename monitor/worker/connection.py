@@ -34,7 +34,9 @@ def ssl_context(settings: Settings) -> ssl.SSLContext | None:
     try:
         context = ssl.create_default_context(cafile=settings.ssl_cafile)
         if settings.ssl_certfile and settings.ssl_keyfile:
-            context.load_cert_chain(settings.ssl_certfile, settings.ssl_keyfile)
+            password = settings.ssl_password.get_secret_value() if settings.ssl_password \
+                else None
+            context.load_cert_chain(settings.ssl_certfile, settings.ssl_keyfile, password)
     except (OSError, ssl.SSLError) as exc:
         files = ", ".join(f for f in (settings.ssl_cafile, settings.ssl_certfile,
                                       settings.ssl_keyfile) if f)
