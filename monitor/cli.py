@@ -131,6 +131,10 @@ def _parser() -> argparse.ArgumentParser:
                                         "serve Prometheus metrics. Settings: RAGMON_*.")
     worker.add_argument("--bootstrap", help="Kafka bootstrap servers (overrides the setting)")
     worker.add_argument("--metrics-port", type=int, help="Prometheus port (overrides the setting)")
+    worker.add_argument("--web-config-file", metavar="FILE",
+                        help="TLS, client certificates and basic auth of the metrics endpoint, "
+                             "in the Prometheus exporter-toolkit format (overrides the "
+                             "setting web_config_file; see docs/security.md)")
     worker.add_argument("--loglevel", default="info")
     worker.set_defaults(run=_worker)
     demo = sub.add_parser("demo", help="run everything on an embedded broker with simulated "
@@ -194,6 +198,8 @@ def _kafka_overrides(args: argparse.Namespace) -> dict[str, Any]:
         overrides["bootstrap_servers"] = args.bootstrap
     if getattr(args, "metrics_port", None) is not None:
         overrides["metrics_port"] = args.metrics_port
+    if getattr(args, "web_config_file", None):
+        overrides["web_config_file"] = args.web_config_file
     return overrides
 
 
@@ -211,16 +217,19 @@ def _connect(settings: Any) -> None:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    from monitor.export import webconfig
     from monitor.export.collector import PortInUse, check_port
     from monitor.worker import process
 
     settings = load(args.config, **_kafka_overrides(args))
     try:
-        check_port(settings.metrics_host, settings.metrics_port)  # first: nothing created yet
+        if settings.web_config_file:  # first: nothing created yet
+            webconfig.load(settings.web_config_file)
+        check_port(settings.metrics_host, settings.metrics_port)
         _connect(settings)
         memory.tune_gc()
         process.run(settings, args.loglevel)
-    except PortInUse as exc:
+    except (PortInUse, webconfig.WebConfigError) as exc:
         print(f"ragmon: {exc}", file=sys.stderr)
         return 1
     return 0
@@ -233,10 +242,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _produce(args: argparse.Namespace) -> int:
-    from monitor.client import produce
-
     import asyncio
 
+    from monitor.client import produce
     from monitor.worker.provision import create_missing
     from monitor.worker.topics import check_connection
 

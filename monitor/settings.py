@@ -148,6 +148,14 @@ class Settings(BaseSettings):
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(default=9464, ge=0, le=65_535)
     series_budget: int = Field(default=20_000, ge=100, le=1_000_000)
+    # TLS, client certificates and basic auth on the metrics endpoint: a web configuration
+    # file in the Prometheus exporter-toolkit format (monitor/export/webconfig.py); unset:
+    # plain HTTP, no auth.
+    web_config_file: str | None = None
+    # Connections the endpoint keeps open (past it, the one waiting longest for a request
+    # is closed), and how long a request's headers or a TLS handshake may take.
+    metrics_max_connections: int = Field(default=128, ge=4, le=10_000)
+    metrics_header_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
     # lean: slices export what the dashboards and alert rules read per slice (about 850
     # series per release of the demo's traffic); full: every family for every cell.
     metrics_detail: Literal["lean", "full"] = "lean"

@@ -40,7 +40,8 @@ THIRD_PARTY_HOMES = {
     "scipy": {"detect.detectors", "detect.shares"}, "pydantic": {"settings"},
     "pydantic_settings": {"settings"},
     "rich": {"offline.terminal"}, "matplotlib": {"offline.plots"},
-    "yaml": {"offline.analyze", "settings"},
+    "yaml": {"offline.analyze", "settings", "export.webconfig"},
+    "bcrypt": {"export.auth"},
 }
 MAX_LINES = 400
 

@@ -62,11 +62,14 @@ def test_every_scrape_of_a_snapshot_gets_the_bytes_rendered_once(pages, examples
     collector.current = snapshot
     headers, text = _get(port)
     assert headers["Content-Type"].startswith("text/plain")
-    assert text == generate_latest(registry)
+    # ... followed by the endpoint's own families (ragmon_http_*).
+    own = text.index(b"# HELP ragmon_http_requests_total")
+    assert text[:own] == generate_latest(registry)
+    assert b"ragmon_http_connections_open " in text[own:]
     with ThreadPoolExecutor(20) as pool:
         pages_seen = list(pool.map(lambda _: _get(port, encoding="gzip"), range(40)))
     assert all(h["Content-Encoding"] == "gzip" for h, _ in pages_seen)
-    assert {gzip.decompress(body) for _, body in pages_seen} == {text}
+    assert len({gzip.decompress(body) for _, body in pages_seen}) == 1
     headers, openmetrics = _get(port, accept="application/openmetrics-text; version=1.0.0")
     assert headers["Content-Type"].startswith("application/openmetrics-text")
     assert openmetrics.endswith(b"# EOF\n")
@@ -92,6 +95,8 @@ def test_a_new_snapshot_replaces_the_page_and_the_process_follows_the_worker(pag
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert b'outcome="read"} 400.0' in _get(port)[1]
+    # The endpoint counts its own requests (as of the page's render).
+    assert b'ragmon_http_requests_total{code="200",path="/metrics"}' in _get(port)[1]
     pages.stop()  # as when the worker exits, even by kill -9: the socket closes
     pages.process.join(timeout=10)
     assert pages.process.exitcode == 0

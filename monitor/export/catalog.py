@@ -114,6 +114,18 @@ LABEL_EVENTS_WAITING: Final = Family(
     "ragmon_label_events_waiting", "gauge", "Label and feedback events waiting for their "
     "trace (they expire after pending_retention_seconds, counted as expired).", ("kind",))
 DLQ_PRODUCED: Final = Family("ragmon_dlq_produced", "counter", "Dead letters produced.")
+# The metrics endpoint itself (the page process, monitor/export/http.py), since it started.
+HTTP_REQUESTS: Final = Family("ragmon_http_requests", "counter", "Requests answered by the "
+                              "metrics endpoint, by path (/metrics, /healthz, /readyz, "
+                              "other) and status code.", ("path", "code"))
+HTTP_CLOSED: Final = Family("ragmon_http_connections_closed", "counter", "Connections the "
+                            "metrics endpoint closed before or while answering, by reason: "
+                            "limit (room for a newcomer), header_timeout, idle, too_large, "
+                            "bad_request, tls_handshake, plain_http (to a TLS endpoint), "
+                            "client_certificate (its SAN not allowed), abandoned (the "
+                            "client left mid-response).", ("reason",))
+HTTP_OPEN: Final = Family("ragmon_http_connections_open", "gauge",
+                          "Connections open to the metrics endpoint.")
 # The otlp intake (exported only when it is on).
 OTLP_MESSAGES: Final = Family("ragmon_otlp_messages", "counter", "OTLP messages read from "
                               "otlp_topic by this worker, by outcome (read, rejected).",
@@ -234,8 +246,8 @@ FAMILIES: Final = (
     MISSING_REQUIREMENTS, CHECKS, FEEDBACK, LABEL_OUTCOMES, SIGNAL, LATENCY, COST,
     *RATIOS.values(), LABEL_RATE, LABEL_RATE_TRACES,
     INPUT_MESSAGES, REJECTED, CONTENT_FIELDS_DROPPED, LABEL_EVENTS, LABEL_EVENTS_WAITING,
-    DLQ_PRODUCED, LAST_EVENT, WATERMARK_LAG, PARTITIONS_OWNED, BATCH_SECONDS, BATCHES,
-    BATCHES_DROPPED,
+    DLQ_PRODUCED, HTTP_REQUESTS, HTTP_CLOSED, HTTP_OPEN,
+    LAST_EVENT, WATERMARK_LAG, PARTITIONS_OWNED, BATCH_SECONDS, BATCHES, BATCHES_DROPPED,
     REDELIVERED_SKIPPED, CHECKPOINTS, STATE_RECORD_BYTES, STATE_MAX_BYTES, STATE_LOST,
     WINDOWS_SKIPPED, RELEASES_OWNED, WORKER_ERRORS, SERIES_BUDGET, SLICE_VALUES_OVERFLOWED,
     SLICE_VALUES_REPLACED, SERIES, SERIES_DROPPED,

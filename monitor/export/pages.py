@@ -8,6 +8,10 @@ worker to 0.08x of its rate (issue #24). So the worker hands snapshots to a page
 in the text format and in OpenMetrics, plain and gzipped, and serves those bytes to
 every scrape until the next; a scrape never waits for a render after the first page.
 
+The page process serves HTTP with monitor/export/http.py (bounded connections, TLS and
+basic auth from the web configuration): /metrics, /healthz, and /readyz from the
+readiness the worker sends with every refresh.
+
 The page process asks for a snapshot (one byte) only while it is scraped (a scrape in
 the last DEMAND_SECONDS) and then at most once per `metrics_refresh_seconds`, or per
 1 / RENDER_SHARE of its last render if that is longer: rendering takes at most that
@@ -20,20 +24,21 @@ scraped or not.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gzip
 import logging
 import multiprocessing
 import os
 import pickle
-import select
+import queue
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, Final
-from urllib.parse import parse_qs, urlparse
 
 from prometheus_client import CollectorRegistry
 from prometheus_client import generate_latest as generate_text
@@ -42,16 +47,24 @@ from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPEN
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.registry import Collector
 
+from monitor.export import catalog as c
 from monitor.export.collector import PortInUse, cannot_listen, families
+from monitor.export.http import CLOSE_REASONS, Limits, Request, Response, Server, text
 from monitor.export.snapshot import Snapshot
+from monitor.export.webconfig import WebConfigError, WebConfigFile
 from monitor.messages import pack_message, read_message
 
-__all__ = ["DEMAND_SECONDS", "RENDER_SHARE", "Book", "Pages", "serve_pages"]
+__all__ = ["DEMAND_SECONDS", "RENDER_SHARE", "Book", "Endpoint", "Pages", "serve_pages"]
 
 DEMAND_SECONDS: Final = 300.0  # snapshots are asked for while a scrape came this recently
 RENDER_SHARE: Final = 0.1      # of one core, at most, spent rendering pages
 STALE_SECONDS: Final = 10.0    # a scrape after a pause waits this long for a fresh page
 PAGE_NICENESS: Final = 10
+PAGE_THREADS: Final = 4        # scrapes waiting for a page (or rendering a name[] one) at once
+BACKLOG: Final = 128           # 5 made a burst of 20 scrapers wait 1 s (SYN retry)
+ANSWER_SECONDS: Final = 60.0   # a snapshot asked for and not sent by then: ask again
+# /readyz fails when the worker has said nothing for this long (it says so every second).
+READY_SILENCE_SECONDS: Final = 30.0
 TEXT: Final = "text/plain; version=0.0.4; charset=utf-8"
 _WANT: Final = b"?"
 
@@ -83,6 +96,7 @@ class Book:
         self.scraped = time.monotonic()       # the last scrape (the start counts as one)
         self.installed = float("-inf")        # when the current page was installed
         self.asked_openmetrics = 0.0          # the last scrape that asked for OpenMetrics
+        self.own: Callable[[], list[Metric]] = list  # the page process's own families
 
     def demanded(self) -> bool:
         """Whether a scrape came within DEMAND_SECONDS."""
@@ -91,7 +105,8 @@ class Book:
     def install(self, snapshot: Snapshot) -> None:
         """Render `snapshot`'s pages (the formats asked for lately) and make them current."""
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Rendered(families(snapshot, self.budget, self.full)))
+        registry.register(_Rendered([*families(snapshot, self.budget, self.full),
+                                     *self.own()]))
         openmetrics = time.monotonic() - self.asked_openmetrics < DEMAND_SECONDS
         pages: dict[tuple[bool, bool], bytes] = {}
         for form in (False, True) if openmetrics else (False,):
@@ -138,98 +153,150 @@ def _render_into(pages: dict[tuple[bool, bool], bytes], registry: Any,
     pages[(openmetrics, True)] = gzip.compress(plain, compresslevel=6)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128  # socketserver's 5 made a burst of 20 scrapers wait 1 s (SYN retry)
-    book: Book
+class Endpoint:
+    """The page process's answers: /metrics from the book, /healthz (this process serves),
+    /readyz (the worker's last word on its readiness, if recent), 404 for the rest."""
 
+    def __init__(self, book: Book) -> None:
+        self.book = book
+        self.pool = ThreadPoolExecutor(PAGE_THREADS, thread_name_prefix="ragmon-page")
+        self.readiness: tuple[bool, str] | None = None
+        self.heard = time.monotonic()  # when the worker last said how ready it is
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"  # keep-alive, as Prometheus scrapes: a thread per scraper
-    timeout = 120  # seconds a kept connection may idle before its thread lets it go
+    def hear(self, readiness: tuple[bool, str]) -> None:
+        self.readiness, self.heard = readiness, time.monotonic()
 
-    def do_GET(self) -> None:
-        accept = self.headers.get("Accept", "")
+    def ready(self) -> tuple[bool, str]:
+        silent = time.monotonic() - self.heard
+        if self.readiness is None:
+            return False, "starting: no word from the worker yet"
+        if silent > READY_SILENCE_SECONDS:
+            return False, (f"no word from the worker for {silent:.0f} s (its loop is "
+                           "blocked, or it cannot reach the broker)")
+        return self.readiness
+
+    async def route(self, request: Request) -> Response:
+        if request.path == "/metrics":
+            return await self._metrics(request)
+        if request.path == "/healthz":
+            return text(200, "ok")
+        if request.path == "/readyz":
+            ready, reason = self.ready()
+            return text(200, "ready") if ready else text(503, f"not ready: {reason}")
+        return text(404, "not found: ragmon serves /metrics, /healthz and /readyz")
+
+    async def _metrics(self, request: Request) -> Response:
+        accept = request.headers.get("accept", "")
         openmetrics = "application/openmetrics-text" in accept
-        compressed = "gzip" in self.headers.get("Accept-Encoding", "")
-        names = parse_qs(urlparse(self.path).query).get("name[]")
-        page = self.server.book.page(openmetrics, compressed, names)
+        compressed = "gzip" in request.headers.get("accept-encoding", "")
+        names = request.query.get("name[]")
+        page = await asyncio.get_running_loop().run_in_executor(
+            self.pool, self.book.page, openmetrics, compressed, names)
         if page is None:
-            self.send_error(503, "no snapshot yet")
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", OPENMETRICS if openmetrics else TEXT)
+            return text(503, "no snapshot yet")
+        headers = [("Content-Type", OPENMETRICS if openmetrics else TEXT)]
         if compressed:
-            self.send_header("Content-Encoding", "gzip")
-        self.send_header("Content-Length", str(len(page)))
-        self.end_headers()
-        self.wfile.write(page)
+            headers.append(("Content-Encoding", "gzip"))
+        return Response(200, page, tuple(headers))
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # one line per scrape is noise; Prometheus records its scrapes
+
+def http_families(server: Server) -> list[Metric]:
+    """The endpoint's own counters (of this page process, since it started)."""
+    counts = dict(server.counts)  # one C-level copy: the server's thread keeps counting
+    requests = sorted((tuple(k.split(":")[1:]), v) for k, v in counts.items()
+                      if k.startswith("requests:"))
+    return [c.HTTP_REQUESTS.of(requests),
+            c.HTTP_CLOSED.of(((reason,), counts.get(f"closed:{reason}", 0))
+                             for reason in CLOSE_REASONS),
+            c.HTTP_OPEN.of([((), len(server.open))])]
 
 
 def serve_pages(sock: socket.socket, host: str, port: int, budget: int, full: bool,
-                refresh_seconds: float) -> None:
-    """The page process: listen on host:port (the first message back says whether it
-    could: `None`, or why not), then ask the worker for snapshots while scraped and
-    install them, until the worker goes away (end of file on `sock`)."""
+                refresh_seconds: float, web_config_file: str | None = None,
+                limits: Limits | None = None) -> None:
+    """The page process: listen on host:port with the web configuration (the first
+    message back says whether it could: `None`, or why not), then hear the worker's
+    readiness and ask it for snapshots while scraped, until the worker goes away (end of
+    file on `sock`)."""
     with contextlib.suppress(OSError):  # not allowed: run at the worker's priority
         os.nice(PAGE_NICENESS)
     book = Book(budget, full)
     try:
-        server = _Server((host, port), _Handler)
+        web = WebConfigFile(web_config_file) if web_config_file else None
+        listener = socket.create_server((host, port), backlog=BACKLOG)
+    except WebConfigError as exc:
+        error: str | None = str(exc)
     except OSError as exc:
-        for part in pack_message(cannot_listen(host, port, exc)):
-            sock.sendall(part)
-        return
-    server.book = book
-    for part in pack_message(None):
+        error = cannot_listen(host, port, exc)
+    else:
+        error = None
+    for part in pack_message(error):
         sock.sendall(part)
-    threading.Thread(target=server.serve_forever, name="ragmon-pages", daemon=True).start()
+    if error is not None:
+        return
+    endpoint = Endpoint(book)
+    server = Server(listener, endpoint.route, web, limits)
+    book.own = partial(http_families, server)
+    threading.Thread(target=asyncio.run, args=(server.serve(),), name="ragmon-pages",
+                     daemon=True).start()
+    arrived: queue.SimpleQueue[Snapshot] = queue.SimpleQueue()
+    threading.Thread(target=_hear, args=(sock, endpoint, arrived), name="ragmon-worker-link",
+                     daemon=True).start()
     interval = refresh_seconds
-    with sock:
-        while True:
-            with book.ready:  # wait for demand (a scrape lately), looking up once a second
-                book.ready.wait_for(lambda: book.demanded(), timeout=1.0)
-            if _closed(sock):
-                os._exit(0)  # the worker is gone: so are its pages
-            if not book.demanded():
-                continue
-            try:
-                sock.sendall(_WANT)
-                message = read_message(sock)
-            except OSError:
-                message = None
-            if message is None:
-                os._exit(0)
-            started = time.perf_counter()
-            book.install(pickle.loads(message))
-            interval = max(refresh_seconds, (time.perf_counter() - started) / RENDER_SHARE)
-            time.sleep(max(0.0, interval - (time.perf_counter() - started)))
+    while True:
+        with book.ready:  # wait for demand (a scrape lately), looking up once a second
+            book.ready.wait_for(lambda: book.demanded(), timeout=1.0)
+        if not book.demanded():
+            continue
+        try:
+            sock.sendall(_WANT)
+        except OSError:
+            os._exit(0)
+        try:
+            snapshot = arrived.get(timeout=ANSWER_SECONDS)
+        except queue.Empty:
+            continue  # the worker is busy: ask again
+        started = time.perf_counter()
+        book.install(snapshot)
+        interval = max(refresh_seconds, (time.perf_counter() - started) / RENDER_SHARE)
+        time.sleep(max(0.0, interval - (time.perf_counter() - started)))
 
 
-def _closed(sock: socket.socket) -> bool:
-    """Whether the worker closed its end (it sends nothing unasked: readable is EOF)."""
-    readable, _, _ = select.select([sock], [], [], 0)
-    return bool(readable) and not sock.recv(1, socket.MSG_PEEK)
+def _hear(sock: socket.socket, endpoint: Endpoint, arrived: queue.SimpleQueue[Any]) -> None:
+    """Read the worker's messages: its readiness (unasked, with every refresh) and the
+    snapshots asked for; exit the process when the worker is gone."""
+    while True:
+        try:
+            message = read_message(sock)
+        except OSError:
+            message = None
+        if message is None:
+            os._exit(0)  # the worker is gone: so are its pages
+        kind, value = pickle.loads(message)
+        if kind == "ready":
+            endpoint.hear(value)
+        else:
+            arrived.put(value)
 
 
 class Pages:
     """The worker's end of the page process: start it (the port is bound there), then
-    `offer` every new snapshot; it is sent only when the page process asked for one."""
+    `offer` every new snapshot with the worker's readiness: the readiness is always sent
+    (a few bytes), the snapshot only when the page process asked for one."""
 
     def __init__(self, host: str, port: int, budget: int, full: bool,
-                 refresh_seconds: float) -> None:
-        self.args = (host, port, budget, full, refresh_seconds)
+                 refresh_seconds: float, web_config_file: str | None = None,
+                 limits: Limits | None = None) -> None:
+        self.args = (host, port, budget, full, refresh_seconds, web_config_file, limits)
         self.process: Any = None
         self._socket: socket.socket | None = None
         self._wanted = False
         self._sent: Snapshot | None = None
+        self._stopped = False
 
     def start(self) -> None:
-        """Start the page process; PortInUse if it cannot listen."""
+        """Start the page process; PortInUse if it cannot listen (or its web
+        configuration does not load)."""
         ours, theirs = socket.socketpair()
         context = multiprocessing.get_context("spawn")  # not a fork of Faust's threads
         self.process = context.Process(target=serve_pages, args=(theirs, *self.args),
@@ -249,12 +316,15 @@ class Pages:
     def running(self) -> bool:
         return self._socket is not None
 
-    def offer(self, snapshot: Snapshot) -> None:
-        """Send `snapshot` if the page process asked for one since the last it got."""
+    def offer(self, snapshot: Snapshot, readiness: tuple[bool, str] = (True, "ready")) -> None:
+        """Tell the page process `readiness`; send `snapshot` if it asked for one since
+        the last it got."""
+        if self._stopped:
+            return
         if self._socket is None and self.process is not None:
             self._lost()  # started once, then lost: try again
         sock = self._socket
-        if sock is None or snapshot is self._sent:
+        if sock is None:
             return
         try:
             while True:  # requests are single bytes; several are one
@@ -267,17 +337,20 @@ class Pages:
         except OSError:
             self._lost()
             return
-        if not self._wanted:
-            return
+        send: list[tuple[str, Any]] = [("ready", readiness)]
+        if self._wanted and snapshot is not self._sent:
+            send.append(("snapshot", snapshot))
         sock.setblocking(True)  # the page process reads at once: a few ms at most
         try:
-            for part in pack_message(snapshot):
-                sock.sendall(part)
+            for message in send:
+                for part in pack_message(message):
+                    sock.sendall(part)
         except OSError:
             return
         finally:
             sock.setblocking(False)
-        self._wanted, self._sent = False, snapshot
+        if len(send) > 1:
+            self._wanted, self._sent = False, snapshot
 
     def _lost(self) -> None:
         """The page process is gone (killed, or it failed): start another (the metrics
@@ -285,6 +358,7 @@ class Pages:
         log.error("the metrics page process (pid %s) exited (code %s): starting another",
                   self.process.pid, self.process.exitcode)
         self.stop()
+        self._stopped = False
         try:
             self.start()
         except PortInUse as exc:
@@ -293,6 +367,7 @@ class Pages:
 
     def stop(self, wait_seconds: float = 0.0) -> None:
         """Close the page process's socket (it exits at once); wait for it if asked."""
+        self._stopped = True
         if self._socket is not None:
             self._socket.close()
             self._socket = None

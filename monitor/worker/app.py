@@ -41,6 +41,7 @@ from monitor import memory
 from monitor.aggregate.layout import from_settings
 from monitor.detect.drift import Drift, DriftConfig, DriftView
 from monitor.detect.watch import Watch, to_record
+from monitor.export.http import Limits
 from monitor.export.pages import Pages
 from monitor.export.snapshot import Health, Local, snapshot_from
 from monitor.settings import Settings
@@ -72,7 +73,10 @@ class Worker:
         self.app = app
         self._folding = asyncio.Lock()
         self.pages = Pages(settings.metrics_host, settings.metrics_port, settings.series_budget,
-                           settings.metrics_detail == "full", settings.metrics_refresh_seconds)
+                           settings.metrics_detail == "full", settings.metrics_refresh_seconds,
+                           settings.web_config_file,
+                           Limits(max_connections=settings.metrics_max_connections,
+                                  header_seconds=settings.metrics_header_timeout_seconds))
         self.health = Health(state_max_bytes=settings.state_max_bytes)
         for name, value in stall.carried().items():  # after a restart in place
             if name in CARRIED_HEALTH:
@@ -324,7 +328,20 @@ class Worker:
             snapshot = snapshot_from(self.drift.layout, local, self.health,
                                      self.drift_view, cells, counters,
                                      self.spans.counts() if self.spans else None)
-            self.pages.offer(snapshot)  # if the page process asked for one
+            self.pages.offer(snapshot, self.readiness())  # the snapshot if asked for
+
+    def readiness(self) -> tuple[bool, str]:
+        """Whether this worker is ready (/readyz), and if not, why, in one line. A stalled
+        fold restarts itself (monitor/worker/stall.py) and is not ready until it has its
+        partitions again; a blocked loop sends nothing, which the page process reports."""
+        if not self.references.loaded:
+            return False, "references not loaded yet"
+        if not self.owned:
+            return False, ("no partitions of " + self.settings.topic_decisions +
+                           " assigned (joining the group, or more workers than partitions)")
+        if self.partitions.recovering:
+            return False, "restoring partition checkpoints"
+        return True, "ready"
 
 
 def build(settings: Settings) -> Worker:
