@@ -515,3 +515,38 @@ def test_produce_twice_creates_only_its_topic_and_needs_no_describe_configs(brok
         assert {t for t in admin.list_topics() if not t.startswith("__")} == {"rag.decisions"}
     finally:
         admin.close()
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_health_readiness_and_404_of_two_workers_one_partition(broker, tmp_path):
+    """One partition, two workers: the one holding it is ready, the other alive and not
+    ready, saying why (a Kubernetes rollout waits on exactly this)."""
+    env = {"RAGMON_PARTITIONS": "1"}
+    first, first_port = start_worker(broker, tmp_path, "first", env=env)
+    second, second_port = start_worker(broker, tmp_path, "second", env=env)
+    try:
+        for port in (first_port, second_port):
+            assert _get(port, "/healthz") == (200, "ok\n")
+            for path in ("/", "/metrics/", "/health", "/anything"):
+                assert _get(port, path)[0] == 404, path
+
+        def one_ready_one_not() -> tuple[str, str] | None:
+            states = sorted((_get(first_port, "/readyz"), _get(second_port, "/readyz")))
+            if [code for code, _ in states] == [200, 503] and "partitions" in states[1][1]:
+                return states[0][1], states[1][1]
+            return None  # (the other may still be loading references, say so, and go on)
+        ready, waiting = wait_for(one_ready_one_not, timeout=90,
+                                  what="one worker ready, the other not")
+        assert ready == "ready\n"
+        assert waiting == ("not ready: no partitions of rag.decisions assigned (joining the "
+                           "group, or more workers than partitions)\n")
+    finally:
+        stop(first)
+        stop(second)

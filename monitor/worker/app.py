@@ -287,9 +287,10 @@ class Worker:
         self.references.published[release.encode()] = blob
 
     async def poll_references(self) -> None:
-        """Install references (and apply freeze requests) new on the references topic,
-        once they are loaded."""
+        """Load the references (an idle worker too: /readyz waits for them), then install
+        those (and apply freeze requests) new on the references topic."""
         if not self.references.loaded:
+            await self._load_references()
             return
         await self.references.poll()
         self.drift_view = self.drift.view(self.owns)

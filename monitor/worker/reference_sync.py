@@ -9,6 +9,7 @@ remembered, so reading it back installs nothing twice.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -32,9 +33,16 @@ class ReferenceSync:
         self.published: dict[bytes, bytes] = {}  # references this worker knows, by key
         self.loaded = False
         self._consumer: AIOKafkaConsumer | None = None
+        self._loading = asyncio.Lock()
 
     async def load(self) -> None:
-        """Install the newest reference of every release on the topic."""
+        """Install the newest reference of every release on the topic (once: the first
+        batch and the polling timer may both ask)."""
+        async with self._loading:
+            if not self.loaded:
+                await self._load()
+
+    async def _load(self) -> None:
         blobs = await topics.read_topic(self.settings, self.settings.topic_references, 0)
         for key, blob in blobs.items():
             if key.startswith(FREEZE_PREFIX):
