@@ -19,17 +19,27 @@ the last round the idle worker is scraped by 1 scraper (50 scrapes in a row) and
 at once (10 bursts), and `promtool check metrics` reads a page.
 
     python benchmarks/scrape_cost.py --traces 60000 --repeat 3
+
+With `--secure` (issue #45) each round instead runs the worker with 20 scrapers twice,
+plain HTTP and TLS + basic auth (a web configuration file, a bcrypt hash of cost 10,
+certificates made with openssl; each scraper's connection kept, as Prometheus keeps
+its own), in alternating order, and compares their scrape latencies during the fold and
+idle (p99 TLS + auth / plain):
+
+    python benchmarks/scrape_cost.py --traces 60000 --releases 2,20 --repeat 3 --secure
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import gzip
 import http.client
 import json
 import os
 import shutil
+import ssl
 import statistics
 import subprocess
 import sys
@@ -62,14 +72,28 @@ def traffic(n: int, releases: int) -> tuple[list[bytes], list[bytes], list[bytes
     return traces, list(sim.labels), list(sim.feedback)
 
 
+# How scrapes reach the worker: None (plain HTTP), or (TLS context, Authorization value).
+SECURE: dict[int, tuple[ssl.SSLContext, str]] = {}
+
+
+def connect(port: int) -> http.client.HTTPConnection:
+    if port in SECURE:
+        return http.client.HTTPSConnection("127.0.0.1", port, timeout=30,
+                                           context=SECURE[port][0])
+    return http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+
+
 def scrape(port: int, encoding: str = "gzip",
            connection: http.client.HTTPConnection | None = None) -> tuple[float, bytes]:
     """One scrape (on `connection`, kept alive as Prometheus keeps its own, or a new one);
     its latency and body."""
-    conn = connection or http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn = connection or connect(port)
     started = time.perf_counter()
+    headers = {"Accept-Encoding": encoding}
+    if port in SECURE:
+        headers["Authorization"] = SECURE[port][1]
     try:
-        conn.request("GET", "/metrics", headers={"Accept-Encoding": encoding})
+        conn.request("GET", "/metrics", headers=headers)
         response = conn.getresponse()
         body = response.read()
         if response.status != 200:
@@ -93,7 +117,7 @@ class Scrapers:
 
     def _run(self, i: int) -> None:
         time.sleep(i / self.count)  # spread over the second
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        connection = connect(self.port)
         while not self._stop.is_set():
             started = time.monotonic()
             try:
@@ -101,7 +125,7 @@ class Scrapers:
             except (OSError, http.client.HTTPException):
                 self.failures += 1
                 connection.close()
-                connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+                connection = connect(self.port)
             self._stop.wait(max(0.0, 1.0 - (time.monotonic() - started)))
         connection.close()
 
@@ -122,9 +146,27 @@ def quantiles(values: list[float]) -> tuple[float, float]:
             ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1e3)
 
 
+def secure_config(workdir: Path) -> tuple[Path, ssl.SSLContext, str]:
+    """A web configuration with TLS and one basic-auth user; the client's context and
+    Authorization header."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from tls import hashed, make_pki
+
+    pki = make_pki(workdir / "pki")
+    config = workdir / "web.yml"
+    config.write_text(f"tls_server_config:\n  cert_file: {pki / 'server.crt'}\n"
+                      f"  key_file: {pki / 'server.key'}\n"
+                      f"basic_auth_users:\n  prometheus: '{hashed('bench-password')}'\n")
+    header = "Basic " + base64.b64encode(b"prometheus:bench-password").decode()
+    return config, ssl.create_default_context(cafile=str(pki / "ca.pem")), header
+
+
 def run_worker(broker: EmbeddedBroker, topic: str, n: int, workdir: Path, scrapers: int,
-               idle: bool) -> dict[str, Any]:
+               idle: bool, secure: tuple[Path, ssl.SSLContext, str] | None = None
+               ) -> dict[str, Any]:
     port = free_port()
+    if secure is not None:
+        SECURE[port] = secure[1:]
     app_id = f"bench-{time.time_ns()}"
     # Its own state, seen, references and dead-letter topics: a run must not read the
     # checkpoints or references earlier runs wrote (stage two would merge them all).
@@ -133,6 +175,8 @@ def run_worker(broker: EmbeddedBroker, topic: str, n: int, workdir: Path, scrape
            "RAGMON_APP_ID": app_id, "RAGMON_TOPIC_DECISIONS": topic,
            "RAGMON_TOPIC_LABELS": f"{topic}.labels", "RAGMON_TOPIC_FEEDBACK": f"{topic}.fb",
            **{f"RAGMON_TOPIC_{name.upper()}": value for name, value in own.items()}}
+    if secure is not None:
+        env["RAGMON_WEB_CONFIG_FILE"] = str(secure[0])
     ensure_topics(broker.settings().model_copy(update={
         "topic_decisions": topic, "topic_labels": f"{topic}.labels",
         "topic_feedback": f"{topic}.fb", **{f"topic_{k}": v for k, v in own.items()}}))
@@ -205,8 +249,13 @@ def main() -> None:
     ap.add_argument("--releases", default="2,10,20")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--json", type=Path, help="write every figure here")
+    ap.add_argument("--secure", action="store_true",
+                    help="compare scrapes over TLS + basic auth with plain ones")
     args = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="ragmon-bench-"))
+    if args.secure:
+        secure_rounds(args, workdir)
+        return
     results: dict[int, dict[str, Any]] = {}
     with EmbeddedBroker(log=workdir / "broker.log") as broker:
         for releases in (int(r) for r in args.releases.split(",")):
@@ -252,6 +301,54 @@ def main() -> None:
                   f"{idle['promtool']}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
+
+
+def secure_rounds(args: argparse.Namespace, workdir: Path) -> None:
+    """Per release count and round: 20 scrapers on a plain worker and on one with TLS +
+    basic auth, in alternating order; p99 ratios during the fold and idle."""
+    secure = secure_config(workdir)
+    results: dict[int, Any] = {}
+    with EmbeddedBroker(log=workdir / "broker.log") as broker:
+        for releases in (int(r) for r in args.releases.split(",")):
+            topic = f"bench.scrape.r{releases}"
+            settings = broker.settings().model_copy(update={
+                "topic_decisions": topic, "topic_labels": f"{topic}.labels",
+                "topic_feedback": f"{topic}.fb"})
+            ensure_topics(settings)
+            traces, labels, feedback = traffic(args.traces, releases)
+            produce(settings, topic, traces)
+            produce(settings, f"{topic}.labels", labels)
+            produce(settings, f"{topic}.fb", feedback)
+            rounds = []
+            for r in range(args.repeat):
+                last = r == args.repeat - 1
+                runs = [("plain", None), ("secure", secure)]
+                found = {name: run_worker(broker, topic, args.traces, workdir, 20, last, how)
+                         for name, how in (runs if r % 2 == 0 else runs[::-1])}
+                plain, tls = found["plain"], found["secure"]
+                rounds.append(found)
+                print(f"{releases} releases, round {r + 1}: scrapes during the fold p50/p99 "
+                      f"plain {plain['busy'][0]:.1f}/{plain['busy'][1]:.1f} ms, TLS + auth "
+                      f"{tls['busy'][0]:.1f}/{tls['busy'][1]:.1f} ms "
+                      f"({tls['busy'][1] / plain['busy'][1]:.2f}x p99; "
+                      f"{plain['failures']} / {tls['failures']} failed); worker "
+                      f"{plain['rate']:,.0f} / {tls['rate']:,.0f} traces/s; page process CPU "
+                      f"per 1,000 traces {plain['pages_cpu_ms']:.0f} / "
+                      f"{tls['pages_cpu_ms']:.0f} ms", flush=True)
+                if last:
+                    print(f"{releases} releases idle, p50/p99 plain vs TLS + auth: 1 scraper "
+                          f"{plain['one'][0]:.1f}/{plain['one'][1]:.1f} vs "
+                          f"{tls['one'][0]:.1f}/{tls['one'][1]:.1f} ms; 20 at once "
+                          f"{plain['twenty'][0]:.1f}/{plain['twenty'][1]:.1f} vs "
+                          f"{tls['twenty'][0]:.1f}/{tls['twenty'][1]:.1f} ms "
+                          f"(each a new connection: a TLS handshake per scrape)", flush=True)
+            ratios = [f["secure"]["busy"][1] / f["plain"]["busy"][1] for f in rounds]
+            results[releases] = {"rounds": rounds, "p99_ratio_median": statistics.median(ratios)}
+            print(f"{releases} releases: TLS + auth p99 during the fold "
+                  f"{statistics.median(ratios):.2f}x plain (median of {len(ratios)} rounds; "
+                  f"{', '.join(f'{x:.2f}' for x in ratios)})", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, default=str))
 
 
 if __name__ == "__main__":
