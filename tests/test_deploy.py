@@ -21,7 +21,16 @@ def test_compose_file_is_valid():
     assert done.returncode == 0, done.stderr
 
 
-def test_compose_mounts_and_builds_exist():
+@pytest.fixture(scope="module")
+def secrets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What deploy/make-secrets.sh makes (compose mounts ./secrets; it is never committed)."""
+    out = tmp_path_factory.mktemp("deploy") / "secrets"
+    subprocess.run([str(DEPLOY / "make-secrets.sh"), str(out)], check=True,
+                   capture_output=True)
+    return out
+
+
+def test_compose_mounts_and_builds_exist(secrets):
     compose = yaml.safe_load((DEPLOY / "compose.yml").read_text())
     services = compose["services"]
     assert {"kafka", "ragmon-worker-1", "ragmon-worker-2", "prometheus", "alertmanager",
@@ -29,7 +38,10 @@ def test_compose_mounts_and_builds_exist():
     for service in services.values():
         for volume in service.get("volumes", []):
             source = volume.split(":")[0]
-            assert (DEPLOY / source).exists(), source
+            if source.startswith("./secrets"):  # made by make-secrets.sh
+                assert (secrets / source.removeprefix("./secrets").lstrip("/")).exists(), source
+            else:
+                assert (DEPLOY / source).exists(), source
     assert (DEPLOY / ".." / services["ragmon-worker-1"]["build"]["dockerfile"]).exists()
     assert "KAFKA_PROCESS_ROLES" in services["kafka"]["environment"]  # KRaft, no ZooKeeper
 
@@ -97,3 +109,74 @@ def test_prometheus_and_the_service_monitor_scrape_as_the_readme_recommends():
     assert (endpoint["interval"], endpoint["scrapeTimeout"]) == ("15s", "10s")
     readme = (DEPLOY.parent / "README.md").read_text()
     assert "scrape every 15 s with a 10 s timeout" in readme
+
+
+def test_make_secrets_gives_a_web_config_the_worker_loads_and_a_password_it_takes(secrets):
+    import bcrypt
+
+    from monitor.export.webconfig import load
+
+    config = load(secrets / "web.yml")
+    password = (secrets / "scrape-password").read_text().strip()
+    assert config.context is not None and config.probes_without_auth
+    assert bcrypt.checkpw(password.encode(), config.users["prometheus"])
+    assert oct((secrets / "ca.key").stat().st_mode)[-3:] == "600"
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_prometheus_config_scrapes_over_tls_with_basic_auth_and_passes_promtool(
+        tmp_path, secrets):
+    config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
+    job = next(j for j in config["scrape_configs"] if j["job_name"] == "ragmon")
+    assert job["scheme"] == "https"
+    assert job["tls_config"]["ca_file"] == "/etc/prometheus/ragmon/ca.crt"
+    assert job["basic_auth"] == {"username": "prometheus",
+                                 "password_file": "/etc/prometheus/ragmon/scrape-password"}
+    # The container's paths, pointed at files here, as compose mounts them.
+    text = (DEPLOY / "prometheus.yml").read_text().replace(
+        "/etc/prometheus/ragmon/", f"{secrets}/").replace(
+        "/etc/prometheus/ragmon-rules.yml", str(DEPLOY.parent / "alerts" / "ragmon-rules.yml"))
+    (tmp_path / "prometheus.yml").write_text(text)
+    done = subprocess.run(["promtool", "check", "config", str(tmp_path / "prometheus.yml")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    monitor = yaml.safe_load((DEPLOY / "k8s" / "servicemonitor.yaml").read_text())
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https" and endpoint["tlsConfig"]["ca"]["secret"]
+    assert set(endpoint["basicAuth"]) == {"username", "password"}
+
+
+def test_the_worker_runs_hardened_and_probes_health_and_readiness():
+    docs = list(yaml.safe_load_all((DEPLOY / "k8s" / "worker.yaml").read_text()))
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["automountServiceAccountToken"] is False
+    context = container["securityContext"]
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"]["drop"] == ["ALL"]
+    assert container["resources"]["limits"]["memory"] and container["resources"]["limits"]["cpu"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert all(probe["httpGet"]["scheme"] == "HTTPS"
+               for probe in (container["readinessProbe"], container["livenessProbe"]))
+    # Secrets arrive as files, never in the environment.
+    assert not any("valueFrom" in env for env in container.get("env", []))
+    secret_volumes = {v["name"] for v in pod["volumes"] if "secret" in v}
+    assert {"web", "tls", "kafka"} <= secret_volumes
+    mounted = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert secret_volumes <= set(mounted)
+    policy = next(d for d in docs if d["kind"] == "NetworkPolicy")
+    [rule] = policy["spec"]["ingress"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    assert rule["from"][0]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "prometheus"}
+    compose = yaml.safe_load((DEPLOY / "compose.yml").read_text())["services"]
+    worker = compose["ragmon-worker-1"]
+    assert worker["read_only"] is True and worker["cap_drop"] == ["ALL"]
+    assert "no-new-privileges:true" in worker["security_opt"]
+    assert "/readyz" in " ".join(worker["healthcheck"]["test"])
+    assert "USER nobody" in (DEPLOY / "Dockerfile").read_text()
