@@ -138,6 +138,37 @@ def test_readiness_before_the_worker_has_said_anything():
         pages.stop(wait_seconds=10)
 
 
+def test_readiness_goes_stale_when_the_worker_falls_silent(monkeypatch):
+    from monitor.export import pages as module
+
+    endpoint = module.Endpoint(module.Book(20_000, False))
+    endpoint.hear((True, "ready"))
+    assert endpoint.ready() == (True, "ready")
+    endpoint.heard -= module.READY_SILENCE_SECONDS + 1
+    ready, reason = endpoint.ready()
+    assert not ready and reason.startswith("no word from the worker for 31 s")
+
+
+def test_basic_auth_caches_successes_only():
+    from monitor.export.auth import BasicAuth, credentials
+
+    users = {"prometheus": hashed(PASSWORD, cost=4).encode()}
+    auth = BasicAuth()
+    assert not auth.cached(users, "prometheus", PASSWORD.encode())
+    assert not auth.check(users, "prometheus", b"wrong")
+    assert not auth.cached(users, "prometheus", b"wrong")
+    assert not auth.check(users, "nobody", PASSWORD.encode())
+    assert not auth.check(users, "prometheus", b"x" * 100)  # past bcrypt's 72 bytes
+    assert auth.check(users, "prometheus", PASSWORD.encode())
+    assert auth.cached(users, "prometheus", PASSWORD.encode())
+    rotated = {"prometheus": hashed("other", cost=4).encode()}
+    assert not auth.cached(rotated, "prometheus", PASSWORD.encode())  # a new hash: afresh
+    header = "Basic " + base64.b64encode(f"prometheus:{PASSWORD}".encode()).decode()
+    assert credentials(header) == ("prometheus", PASSWORD.encode())
+    assert credentials("Bearer x") is None and credentials("Basic !!!") is None
+    assert credentials("Basic " + base64.b64encode(b"no-colon").decode()) is None
+
+
 # --- web configuration: loading ------------------------------------------------------------
 
 def write(folder: Path, text: str, name: str = "web.yml") -> Path:
@@ -194,7 +225,7 @@ def test_the_worker_refuses_to_start_with_a_bad_web_config(pki, tmp_path):
 TLS = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
 
 
-def test_tls_with_basic_auth(pki, snapshot):
+def test_tls_with_basic_auth(pki, snapshot, capfd):
     config = write(pki, TLS + f"basic_auth_users:\n  prometheus: '{hashed(PASSWORD)}'\n"
                    "http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n",
                    "tls-auth.yml")
@@ -218,6 +249,8 @@ def test_tls_with_basic_auth(pki, snapshot):
             request(port, context=ssl.create_default_context(cafile=str(pki / "other-ca.pem")))
     finally:
         pages.stop(wait_seconds=10)
+    captured = capfd.readouterr()
+    assert PASSWORD not in captured.out + captured.err
 
 
 def test_probes_without_auth_when_the_web_config_says_so(pki, snapshot):
