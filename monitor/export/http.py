@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import ssl
 import time
@@ -43,6 +44,8 @@ PROBES: Final = frozenset({"/healthz", "/readyz"})
 # Why the server closed a connection (ragmon_http_connections_closed_total{reason}).
 CLOSE_REASONS: Final = ("limit", "header_timeout", "idle", "too_large", "bad_request",
                         "tls_handshake", "plain_http", "client_certificate", "abandoned")
+log = logging.getLogger("ragmon.worker")
+
 _TLS_HANDSHAKE: Final = 0x16  # the first byte of every TLS connection
 _PLAIN_TO_TLS: Final = (b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\n"
                         b"Connection: close\r\n\r\n"
@@ -145,8 +148,12 @@ class Server:
             config = self.config
             deadline = loop.time() + self.limits.header_seconds
             if config.context is not None:
-                async with asyncio.timeout_at(deadline):
-                    first = await _peek(conn)
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        first = await _peek(conn)
+                except TimeoutError:  # connected, and never a byte
+                    self.counts["closed:header_timeout"] += 1
+                    return
                 if not first:
                     return
                 if first[0] != _TLS_HANDSHAKE:
@@ -165,6 +172,8 @@ class Server:
             await self._requests(reader, writer, entry)
         except asyncio.CancelledError:
             pass  # closed for a newcomer (counted there), or the server stops
+        except Exception:  # a bug here must not end the server, nor pass unseen
+            log.exception("metrics endpoint: a connection failed")
         finally:
             self.open.discard(entry)
             if writer is not None:
