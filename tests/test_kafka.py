@@ -21,6 +21,7 @@ import pytest
 from brokers import PASSWORD, ApacheKafka, kafka_available
 from test_worker import outcome, release_traces, scrape, start_worker, stop, wait_for
 
+from monitor.broker import free_port
 from monitor.client import DecisionEmitter, produce
 from monitor.ingest.parse import Rejection, parse
 from monitor.settings import load
@@ -304,10 +305,20 @@ def test_topics_that_break_guarantees_are_repaired_or_refused(tmp_path):
             line = one_line(refused.stderr)
             assert "rag.decisions has 1 partition(s) and holds data" in line
             assert "RAGMON_PARTITIONS=1" in line
-            # Following the topic (as the message says) starts, and repairs the state topic.
-            fixed = ragmon("produce", "-", env={**env, "RAGMON_PARTITIONS": "1"}, cwd=tmp_path)
-            assert fixed.returncode == 0, fixed.stderr
-            assert "ragmon.state: set cleanup.policy=compact (was delete)" in fixed.stderr
+            # Following the topic (as the message says) starts, and the worker repairs the
+            # state topic (`ragmon produce` provisions nothing but its own topic).
+            log = tmp_path / "fixed.log"
+            fixed = subprocess.Popen(
+                [sys.executable, "-m", "monitor.cli", "worker"], cwd=tmp_path,
+                env={**os.environ, **env, "RAGMON_PARTITIONS": "1",
+                     "RAGMON_METRICS_PORT": str(free_port())},
+                stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+            try:
+                wait_for(lambda: "ragmon.state: set cleanup.policy=compact (was delete)"
+                         in log.read_text(errors="replace"), timeout=90,
+                         what="the worker repairing the state topic")
+            finally:
+                stop(fixed)
             found = admin.describe_configs(
                 [ConfigResource(ConfigResourceType.TOPIC, settings.topic_state,
                                 {"cleanup.policy": None, "max.message.bytes": None})],
