@@ -31,7 +31,7 @@ from pydantic_settings import SettingsError as _EnvError
 
 from monitor.ingest.contract import KNOWN_REASONS
 
-__all__ = ["Settings", "SettingsError", "SignalRange", "load"]
+__all__ = ["Settings", "SettingsError", "SignalRange", "load", "yaml_problem"]
 
 _DIMENSION = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 DEFAULT_DIMENSIONS = ("language", "fact_type", "source", "risk", "doc_version", "query_length")
@@ -372,11 +372,23 @@ def _read_file(path: Path) -> dict[str, Any]:
                             f"{', '.join(sorted(_READERS))} (the format goes by extension)")
     try:
         data = reader(text)
-    except (ValueError, yaml.YAMLError) as exc:
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"settings file {str(path)!r} is not valid: "
+                            f"{yaml_problem(exc)}") from None
+    except ValueError as exc:
         raise SettingsError(f"settings file {str(path)!r} is not valid: {exc}") from None
     if not isinstance(data, dict):
         raise SettingsError(f"settings file {str(path)!r} must hold a table/object")
     return data
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error in one line, without the snippet PyYAML quotes: that line of the file
+    may hold a secret (a password, a key)."""
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None) or "not YAML"
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{problem}{where}"
 
 
 _READERS = {".toml": tomllib.loads, ".json": json.loads,

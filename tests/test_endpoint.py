@@ -196,6 +196,7 @@ def write(folder: Path, text: str, name: str = "web.yml") -> Path:
     ("tls_server_config: [1, 2]\n", "must be a mapping"),
     ("rate_limit: {interval: soon, burst: 2}\n", "rate_limit"),
     ("basic_auth_users: {a: 1\n", "not YAML"),
+    ("basic_auth_users:\n  prometheus: " + PASSWORD + ": x\n", "line 2, column"),
 ])
 def test_a_web_config_that_cannot_work_is_one_line(pki, tmp_path, text, expected):
     path = write(pki, text, name=f"bad-{abs(hash(text))}.yml")

@@ -115,3 +115,14 @@ def test_a_sasl_password_file_satisfies_sasl(tmp_path):
     settings = load(security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-256",
                     sasl_username="ragmon", sasl_password_file=str(path))
     assert settings.sasl_password is not None
+
+
+def test_a_settings_file_that_is_not_yaml_is_one_line_without_the_line_it_quotes(tmp_path):
+    """PyYAML quotes the offending line, which may hold the password."""
+    path = tmp_path / "s.yaml"
+    path.write_text(f"window_seconds: 3\nsasl_password: {SECRET}: oops\n")
+    with pytest.raises(SettingsError) as error:
+        load(path)
+    message = str(error.value)
+    assert "line 2" in message and "\n" not in message
+    assert SECRET not in message

@@ -50,6 +50,8 @@ from typing import Any, Final
 
 import yaml
 
+from monitor.settings import yaml_problem
+
 __all__ = ["WebConfig", "WebConfigError", "WebConfigFile", "load"]
 
 log = logging.getLogger("ragmon.worker")
@@ -109,9 +111,11 @@ def load(path: str | Path) -> WebConfig:
     except OSError as exc:
         raise WebConfigError(f"web config {str(path)!r}: cannot read it: "
                              f"{exc.strerror}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+    except yaml.YAMLError as exc:
         raise WebConfigError(f"web config {str(path)!r}: not YAML: "
-                             f"{' '.join(str(exc).split())}") from None
+                             f"{yaml_problem(exc)}") from None
+    except UnicodeDecodeError:
+        raise WebConfigError(f"web config {str(path)!r}: not UTF-8 text") from None
     try:
         return _config(data or {}, path.parent)
     except WebConfigError as exc:
