@@ -54,7 +54,7 @@ class BasicAuth:
 
     def cached(self, users: Mapping[str, bytes], user: str, password: bytes) -> bool:
         """Whether these credentials passed lately (no bcrypt: cheap enough for the loop)."""
-        key = self._key(users, user, password)
+        key = self.key(users, user, password)
         with self._lock:
             if key in self._cache:
                 self._cache.move_to_end(key)
@@ -72,12 +72,13 @@ class BasicAuth:
             ok = False
         if ok:
             with self._lock:
-                self._cache[self._key(users, user, password)] = None
+                self._cache[self.key(users, user, password)] = None
                 while len(self._cache) > CACHE_MAX:
                     self._cache.popitem(last=False)
         return ok
 
     @staticmethod
-    def _key(users: Mapping[str, bytes], user: str, password: bytes) -> bytes:
+    def key(users: Mapping[str, bytes], user: str, password: bytes) -> bytes:
+        """What the cache knows these credentials by (no password in it)."""
         hashed = users.get(user, b"")
         return hashlib.sha256(b"\0".join((user.encode(), hashed, password))).digest()

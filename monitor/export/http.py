@@ -100,6 +100,7 @@ class Server:
         self.open: set[_Connection] = set()
         self.auth = BasicAuth()
         self._bcrypt = ThreadPoolExecutor(2, thread_name_prefix="ragmon-auth")
+        self._checking: dict[bytes, asyncio.Future[bool]] = {}
         self._tokens = 0.0
         self._filled = time.monotonic()
 
@@ -244,15 +245,25 @@ class Server:
             return text(429, "too many requests")
         if config.users and not (config.probes_without_auth and request.path in PROBES):
             given = credentials(request.headers.get("authorization"))
-            ok = given is not None and (
-                self.auth.cached(config.users, *given) or
-                await asyncio.get_running_loop().run_in_executor(
-                    self._bcrypt, self.auth.check, config.users, *given))
-            if not ok:
+            if given is None or not await self._verify(config.users, *given):
                 return Response(401, b"Unauthorized\n", (
                     ("Content-Type", "text/plain; charset=utf-8"),
                     ("WWW-Authenticate", 'Basic realm="ragmon"')))
         return await self.route(request)
+
+    async def _verify(self, users: Mapping[str, bytes], user: str, password: bytes) -> bool:
+        """Basic auth: cached, or one bcrypt off the loop, shared by every request that
+        brings the same credentials meanwhile (20 scrapers starting at once pay one)."""
+        if self.auth.cached(users, user, password):
+            return True
+        key = self.auth.key(users, user, password)
+        checking = self._checking.get(key)
+        if checking is None:
+            checking = asyncio.get_running_loop().run_in_executor(
+                self._bcrypt, self.auth.check, users, user, password)
+            self._checking[key] = checking
+            checking.add_done_callback(lambda _: self._checking.pop(key, None))
+        return bool(await asyncio.shield(checking))
 
     def _take_token(self, config: WebConfig) -> bool:
         """The web config's rate limit: a token bucket over every request."""
