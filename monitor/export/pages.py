@@ -33,7 +33,6 @@ import os
 import pickle
 import queue
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -61,7 +60,6 @@ DEMAND_SECONDS: Final = 300.0  # snapshots are asked for while a scrape came thi
 RENDER_SHARE: Final = 0.1      # of one core, at most, spent rendering pages
 STALE_SECONDS: Final = 10.0    # a scrape after a pause waits this long for a fresh page
 PAGE_NICENESS: Final = 10
-SWITCH_SECONDS: Final = 0.0005  # the page process's GIL switch interval (Python's: 5 ms)
 PAGE_THREADS: Final = 4        # scrapes waiting for a page (or rendering a name[] one) at once
 BACKLOG: Final = 128           # 5 made a burst of 20 scrapers wait 1 s (SYN retry)
 ANSWER_SECONDS: Final = 60.0   # a snapshot asked for and not sent by then: ask again
@@ -222,9 +220,6 @@ def serve_pages(sock: socket.socket, host: str, port: int, budget: int, full: bo
     file on `sock`)."""
     with contextlib.suppress(OSError):  # not allowed: run at the worker's priority
         os.nice(PAGE_NICENESS)
-    # Rendering holds the interpreter lock for long stretches; the server's thread waits
-    # for it at every step of a response (a TLS one takes many): hand it over sooner.
-    sys.setswitchinterval(SWITCH_SECONDS)
     book = Book(budget, full)
     try:
         web = WebConfigFile(web_config_file) if web_config_file else None
