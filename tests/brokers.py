@@ -22,14 +22,29 @@ from typing import Any, ClassVar
 
 from monitor.broker import EmbeddedBroker
 
-__all__ = ["KAFKA_HOME", "ApacheKafka", "Embedded", "free_ports", "kafka_available"]
+__all__ = ["KAFKA_HOME", "KAFKA_MISSING", "ApacheKafka", "Embedded", "free_ports",
+           "kafka_available", "kafka_required"]
 
-KAFKA_HOME = Path(__file__).resolve().parents[2] / "shared" / "kafka"
+# The Apache Kafka the tests run: KAFKA_HOME names it (a folder with `bin/kafka-server`,
+# the single-node launcher of ../shared/kafka, and Kafka 3.x's jars in `libs/`: the
+# launcher copied into any Kafka 3.x distribution's bin/ works); without it, the
+# ../shared/kafka beside this checkout if there is one.
+KAFKA_HOME = Path(os.environ.get("KAFKA_HOME") or
+                  Path(__file__).resolve().parents[2] / "shared" / "kafka")
+KAFKA_MISSING = ("the Apache Kafka tests need KAFKA_HOME naming a Kafka 3.x install with "
+                 "bin/kafka-server (../shared/kafka has one; copy its bin/kafka-server into "
+                 "a Kafka distribution for another) and Java 17 (apt-get install "
+                 "openjdk-17-jre-headless)")
 USER, PASSWORD = "ragmon", "ragmon-secret-0017"
 
 
 def kafka_available() -> bool:
     return (KAFKA_HOME / "bin" / "kafka-server").is_file() and shutil.which("java") is not None
+
+
+def kafka_required() -> bool:
+    """CI sets RAGMON_REQUIRE_KAFKA=1: there a missing Kafka fails instead of skipping."""
+    return os.environ.get("RAGMON_REQUIRE_KAFKA") == "1"
 
 
 def free_ports(count: int) -> int:

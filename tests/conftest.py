@@ -24,7 +24,8 @@ BROKERS = ("embedded", "kafka")
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--brokers", default=",".join(BROKERS),
                      help="brokers the integration tests run on: embedded (Tansu), kafka "
-                          "(Apache Kafka from ../shared/kafka); comma-separated")
+                          "(Apache Kafka from KAFKA_HOME, default ../shared/kafka); "
+                          "comma-separated")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -50,12 +51,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(params=BROKERS)
 def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """Each broker-backed test runs on the embedded broker and on Apache Kafka."""
-    from brokers import ApacheKafka, Embedded, kafka_available
+    from brokers import KAFKA_MISSING, ApacheKafka, Embedded, kafka_available, kafka_required
 
     if request.param not in request.config.getoption("--brokers").split(","):
         pytest.skip(f"--brokers leaves out {request.param}")
     if request.param == "kafka" and not kafka_available():
-        pytest.fail("Apache Kafka needs ../shared/kafka and java (openjdk-17-jre-headless)")
+        (pytest.fail if kafka_required() else pytest.skip)(KAFKA_MISSING)
     running = (Embedded(log=tmp_path / "broker.log") if request.param == "embedded"
                else ApacheKafka(tmp_path))
     with running:

@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from brokers import PASSWORD, ApacheKafka, kafka_available
+from brokers import KAFKA_MISSING, PASSWORD, ApacheKafka, kafka_available, kafka_required
 from test_worker import outcome, release_traces, scrape, start_worker, stop, wait_for
 
 from monitor.broker import free_port
@@ -28,7 +28,8 @@ from monitor.settings import load
 from monitor.simulate import Simulator
 
 pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(not kafka_available(), reason="needs ../shared/kafka and java")]
+              pytest.mark.skipif(not kafka_available() and not kafka_required(),
+                                 reason=KAFKA_MISSING)]
 
 
 def ragmon(*args: str, env: dict[str, str], cwd: Path,
