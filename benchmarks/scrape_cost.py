@@ -251,6 +251,21 @@ def idle_figures(port: int) -> dict[str, Any]:
             "one": quantiles(one), "twenty": quantiles(burst), "promtool": promtool}
 
 
+def produced(broker: EmbeddedBroker, releases: int, n: int) -> str:
+    """A topic of its own holding n traces over `releases` releases, with their labels
+    and feedback in two more; its name."""
+    topic = f"bench.scrape.r{releases}"
+    settings = broker.settings().model_copy(update={
+        "topic_decisions": topic, "topic_labels": f"{topic}.labels",
+        "topic_feedback": f"{topic}.fb"})
+    ensure_topics(settings)
+    traces, labels, feedback = traffic(n, releases)
+    produce(settings, topic, traces)
+    produce(settings, f"{topic}.labels", labels)
+    produce(settings, f"{topic}.fb", feedback)
+    return topic
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--traces", type=int, default=40_000)
@@ -267,15 +282,7 @@ def main() -> None:
     results: dict[int, dict[str, Any]] = {}
     with EmbeddedBroker(log=workdir / "broker.log") as broker:
         for releases in (int(r) for r in args.releases.split(",")):
-            topic = f"bench.scrape.r{releases}"
-            settings = broker.settings().model_copy(update={
-                "topic_decisions": topic, "topic_labels": f"{topic}.labels",
-                "topic_feedback": f"{topic}.fb"})
-            ensure_topics(settings)
-            traces, labels, feedback = traffic(args.traces, releases)
-            produce(settings, topic, traces)
-            produce(settings, f"{topic}.labels", labels)
-            produce(settings, f"{topic}.fb", feedback)
+            topic = produced(broker, releases, args.traces)
             rounds = []
             for r in range(args.repeat):
                 last = r == args.repeat - 1
@@ -318,15 +325,7 @@ def secure_rounds(args: argparse.Namespace, workdir: Path) -> None:
     results: dict[int, Any] = {}
     with EmbeddedBroker(log=workdir / "broker.log") as broker:
         for releases in (int(r) for r in args.releases.split(",")):
-            topic = f"bench.scrape.r{releases}"
-            settings = broker.settings().model_copy(update={
-                "topic_decisions": topic, "topic_labels": f"{topic}.labels",
-                "topic_feedback": f"{topic}.fb"})
-            ensure_topics(settings)
-            traces, labels, feedback = traffic(args.traces, releases)
-            produce(settings, topic, traces)
-            produce(settings, f"{topic}.labels", labels)
-            produce(settings, f"{topic}.fb", feedback)
+            topic = produced(broker, releases, args.traces)
             rounds = []
             for r in range(args.repeat):
                 last = r == args.repeat - 1
