@@ -37,12 +37,12 @@ configuration and is logged once.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
 import ssl
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,6 +101,7 @@ class WebConfig:
     probes_without_auth: bool = False
     rate_interval: float = 0.0  # seconds per token of the request bucket; 0: no limit
     rate_burst: int = 0
+    files: tuple[Path, ...] = ()  # the certificate files it was loaded from
 
 
 def load(path: str | Path) -> WebConfig:
@@ -152,7 +153,9 @@ def _config(data: Any, base: Path) -> WebConfig:
     return WebConfig(context=_context(tls, base) if tls else None, users=hashes,
                      allowed_sans=frozenset(map(str, sans)),
                      headers=tuple((k, str(v)) for k, v in headers.items() if v),
-                     probes_without_auth=probes, rate_interval=interval, rate_burst=burst)
+                     probes_without_auth=probes, rate_interval=interval, rate_burst=burst,
+                     files=tuple(base / str(tls[k]) for k in ("cert_file", "key_file",
+                                                             "client_ca_file") if tls.get(k)))
 
 
 def _mapping(value: Any, where: str, keys: set[str]) -> None:
@@ -270,25 +273,21 @@ def _reason(exc: BaseException) -> str:
 
 class WebConfigFile:
     """A web configuration file kept current: `current()` looks at the file (and the
-    certificates it names) at most once a second and reloads what changed; a change
-    that does not load leaves the last good configuration in place (logged once)."""
+    certificates the current configuration names) at most once a second and reloads
+    when one changed; a change that does not load leaves the last good configuration in
+    place (logged once)."""
 
     RECHECK_SECONDS: Final = 1.0
 
-    def __init__(self, path: str | Path, clock: Any = None) -> None:
-        import time
-
+    def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._clock = clock or time.monotonic
         self._lock = threading.Lock()
         self.config = load(self.path)  # WebConfigError at start: refuse to start
         self._seen = self._fingerprint()
-        self._checked = self._clock()
-        self.reloads = 0
-        self.reload_failures = 0
+        self._checked = time.monotonic()
 
     def current(self) -> WebConfig:
-        now = self._clock()
+        now = time.monotonic()
         if now - self._checked < self.RECHECK_SECONDS:
             return self.config
         with self._lock:
@@ -301,28 +300,19 @@ class WebConfigFile:
             self._seen = seen
             try:
                 self.config = load(self.path)
-                self.reloads += 1
                 log.info("web config %s reloaded", self.path)
             except WebConfigError as exc:
-                self.reload_failures += 1
                 log.error("%s; keeping the previous web configuration", exc)
             return self.config
 
-    def _fingerprint(self) -> str:
-        """What changes when the file or a file it names changes (stat, not content)."""
-        parts = [self.path]
-        try:
-            data = yaml.safe_load(self.path.read_text(encoding="utf-8")) or {}
-            tls = data.get("tls_server_config") or {}
-            parts += [self.path.parent / str(tls[k]) for k in ("cert_file", "key_file",
-                                                               "client_ca_file") if tls.get(k)]
-        except (OSError, yaml.YAMLError, UnicodeDecodeError, AttributeError, TypeError):
-            pass
-        marks = []
-        for part in parts:
+    def _fingerprint(self) -> tuple[tuple[str, int, int, int] | str, ...]:
+        """What changes when the file or a file it names changes (stat, not content):
+        a new certificate path changes the file itself."""
+        marks: list[tuple[str, int, int, int] | str] = []
+        for part in (self.path, *self.config.files):
             try:
                 st = part.stat()
-                marks.append(f"{part}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}")
+                marks.append((str(part), st.st_ino, st.st_size, st.st_mtime_ns))
             except OSError:
-                marks.append(f"{part}:missing")
-        return hashlib.sha256("|".join(marks).encode()).hexdigest()
+                marks.append(f"{part}: missing")
+        return tuple(marks)
