@@ -334,14 +334,18 @@ def test_broker_restart_with_an_empty_log_is_detected_and_new_traces_count(broke
         # is formatted afresh (a broker that lost its disk).
         broker.restart(keep_log=False)
         # Clients auto-create topics on such a broker (one partition, not compacted): the
-        # worker puts its topics back in shape before traffic comes back.
+        # worker puts its topics back in shape before traffic comes back (traffic into an
+        # auto-created one-partition topic is refused: it would move trace ids).
         wait_for(lambda: topics_in_shape(settings), timeout=60, what="topics repaired")
         produce(settings, settings.topic_decisions, list(sim.traces(1000)))
-        # Offsets start again at 0: none of the new traces may be skipped as a redelivery.
+        # Offsets start again at 0: every new trace counts once. Records read twice (a
+        # commit of the old log's offsets that lands late makes the topic check rewind a
+        # partition again) are skipped by the new checkpoints, not counted twice.
         got = wait_for(lambda: (m := scrape(port)).get(("ragmon_state_lost_total", ())) and
                        release_traces(m) == 1000 and m, timeout=90,
                        what="new traces counted after the restart")
-        assert got[("ragmon_redelivered_skipped_total", ())] == 0
+        time.sleep(3)
+        assert release_traces(scrape(port)) == 1000
         assert got[("ragmon_state_lost_total", ())] >= 1
     finally:
         stop(process)

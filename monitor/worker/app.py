@@ -50,6 +50,7 @@ from monitor.worker.batches import Batch, BatchApp, BatchConsumer
 from monitor.worker.dead import DeadLetters
 from monitor.worker.merge import Merger, owner
 from monitor.worker.partitions import Group, Partitions
+from monitor.worker.provision import topic_ids
 from monitor.worker.reference_sync import ReferenceSync
 from monitor.worker.spans import SpanStage
 from monitor.worker.threads import in_daemon_thread
@@ -130,23 +131,56 @@ class Worker:
             if not consumer.current(batch):
                 self.health.batches_dropped += 1
                 return
-            try:
-                for kind, topic in self.kinds:
-                    records = {tp.partition: found for tp, found in batch.records.items()
-                               if tp.topic == topic}
-                    if records:
-                        attributes: dict[str, str | int] = {"ragmon.kind": kind,
-                                                            "ragmon.events": sum(
-                                                                map(len, records.values()))}
-                        with self.tracer.start_as_current_span("ragmon.batch",
-                                                               attributes=attributes):
-                            await self._take_kind(kind, topic, records)
-            except Exception:
-                log.exception("folding a batch of %d records failed: restarting in place",
-                              len(batch))
-                self.restart_in_place()
-            for tp, found in batch.records.items():
-                consumer.acknowledge(tp, [record.offset for record in found])
+            replaced = await self._log_replaced(batch)
+            if not replaced:
+                await self._fold_whole(batch)
+        if replaced:  # left unacknowledged: the topic check reads it again from 0
+            self.health.batches_dropped += 1
+            await upkeep.check_topics(self)
+
+    async def _fold_whole(self, batch: Batch) -> None:
+        consumer = cast(BatchConsumer, self.app.consumer)
+        try:
+            for kind, topic in self.kinds:
+                records = {tp.partition: found for tp, found in batch.records.items()
+                           if tp.topic == topic}
+                if records:
+                    attributes: dict[str, str | int] = {"ragmon.kind": kind,
+                                                        "ragmon.events": sum(
+                                                            map(len, records.values()))}
+                    with self.tracer.start_as_current_span("ragmon.batch",
+                                                           attributes=attributes):
+                        await self._take_kind(kind, topic, records)
+        except Exception:
+            log.exception("folding a batch of %d records failed: restarting in place",
+                          len(batch))
+            self.restart_in_place()
+        for tp, found in batch.records.items():
+            consumer.acknowledge(tp, [record.offset for record in found])
+
+    async def _log_replaced(self, batch: Batch) -> bool:
+        """Whether `batch` starts a partition held here at or behind an offset it already
+        applied, in a topic that now has a new id. A broker that lost its log starts
+        offsets again at 0 and the consumer, its position out of range, reads from there,
+        often before the topic check (every `TOPIC_CHECK_SECONDS`) has seen the new id:
+        folded, the new log's records would be skipped as redeliveries of the old one's.
+        Records behind a checkpoint are otherwise a plain redelivery (after a rebalance
+        or a restart), so the broker is asked only then."""
+        held = self.partitions.offsets
+        behind = sorted({tp.topic for tp, found in batch.records.items()
+                         if found and tp.topic in self.topic_ids
+                         and found[0].offset <= held.get(tp.partition, {}).get(tp.topic, -1)})
+        if not behind:
+            return False
+        ids = await self._retrying(partial(asyncio.to_thread, topic_ids, self.settings,
+                                           tuple(behind)), "reading topic ids")
+        changed = [name for name in behind
+                   if ids.get(name, self.topic_ids[name]) != self.topic_ids[name]]
+        if changed:
+            log.warning("a batch of %s starts behind offsets applied here and the topic "
+                        "has a new id (the broker lost its log): not folded; the topic "
+                        "check reads it again", changed)
+        return bool(changed)
 
     async def _take_kind(self, kind: str, topic: str,
                          records: dict[int, Sequence[Any]]) -> None:

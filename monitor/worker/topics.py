@@ -19,6 +19,7 @@ from monitor.worker.connection import ConnectionProblem, aiokafka_options
 __all__ = ["Tail", "aiokafka_options", "check_connection", "end_offsets", "read_topic"]
 
 log = logging.getLogger(__name__)
+END_SECONDS = 8.0  # the longest a tail waits for its end offsets (Tail._rewind_if_behind)
 
 
 async def check_connection(settings: Settings) -> None:
@@ -163,7 +164,9 @@ class Tail:
             return
         self._checked = time.monotonic()
         tps = sorted(consumer.assignment())
-        ends = await consumer.end_offsets(tps)
+        # Bounded well below aiokafka's 40 s request timeout: after a broker restart the
+        # topics may be missing for a while, and stage two (every second) waits on this.
+        ends = await asyncio.wait_for(consumer.end_offsets(tps), timeout=END_SECONDS)
         for tp in tps:
             # Tansu reports the end as the last batch's start: one record behind is normal.
             if ends[tp] < await consumer.position(tp) - 1:
