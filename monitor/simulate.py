@@ -19,8 +19,12 @@ change the world at `change_at` (a trace index):
   answers more, and more of what it answers was not answerable (for `ragmon report`).
 
 Labels: a question is answerable more often the higher its retrieval scored; an answer
-is labelled unsupported when a rendered critical claim was not supported or the
-question was not answerable.
+is labelled unsupported when a rendered critical claim was not supported (a gate leak)
+or when the judge finds a critical claim the verifier passed unsupported: for 2% of the
+answers to questions that were not answerable and 0.05% of the others (tripled by
+`index_change`). Steady traffic so meets the example objective of `alerts/slo.yml`
+(at most 5 unsupported answers per 1,000: ~3 here). The judge draws from its own
+generator, so the traces of a seed do not depend on the labels.
 
 Output is wire-format JSON bytes (`rag-decision/1`), optionally labels and feedback.
 """
@@ -78,6 +82,7 @@ class Simulator:
         if scenario not in SCENARIOS:
             raise ValueError(f"unknown scenario {scenario!r}; choose one of {SCENARIOS}")
         self.rng = np.random.default_rng(seed)
+        self.judge = np.random.default_rng([seed, 1])  # verifier misses (labels)
         self.scenario = scenario
         self.change_at = change_at
         self.releases = releases
@@ -225,7 +230,10 @@ class Simulator:
             "answerable": answerable,
         }
         if answered:
-            unsupported = not answerable or any(
+            missed = (0.02 if not answerable else 0.0005) * (
+                3.0 if self.scenario == "index_change" and self.index >= self.change_at
+                else 1.0)
+            unsupported = self.judge.random() < missed or any(
                 c["importance"] == "critical" and c["verdict"] != "supported"
                 and c.get("rendered", True) for c in trace.get("claims", ()))
             label["unsupported_critical"] = unsupported
