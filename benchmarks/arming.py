@@ -22,8 +22,10 @@ import sys
 import tempfile
 import time
 import urllib.request
+from pathlib import Path
 
 from monitor.broker import free_port
+from monitor.detect.thresholds import SHIPPED
 from monitor.export.collector import parse_exposition
 
 
@@ -73,6 +75,8 @@ def main() -> int:
                 longest.setdefault(release, 0.0)  # all armed at the first scrape after the freeze
             timeline.append((round(now, 1), release, waiting, streams[release]))
         time.sleep(1)
+    used = {path.name for path in Path(cache).glob("*.npz")}
+    shipped = {path.name for path in SHIPPED.glob("*.npz")}
     print(json.dumps({
         "duration": args.duration, "rate": args.rate,
         "releases": {r: {"frozen_at_s": round(frozen[r], 1), "streams": streams.get(r),
@@ -80,6 +84,9 @@ def main() -> int:
                          if r in longest else None,
                          "still_waiting_at_end": r in since} for r in sorted(frozen)},
         "waiting_after_freeze": [t for t in timeline if t[2]][:40],
+        # Calibrations the run needed: copied from the shipped set, or simulated itself
+        # (keys the shipped set misses: the streams they belong to waited for them).
+        "calibrations": {"from_shipped": len(used & shipped), "simulated": len(used - shipped)},
     }, indent=1))
     return 0
 

@@ -92,15 +92,15 @@ def main() -> int:
         subprocess.Popen(["prometheus-alertmanager", f"--config.file={work / 'am.yml'}",
                           f"--storage.path={work / 'am'}", "--cluster.listen-address=",
                           f"--web.listen-address=127.0.0.1:{am_port}"],
-                         stdout=open(work / "am.log", "wb"), stderr=subprocess.STDOUT),
+                         stdout=(work / "am.log").open("wb"), stderr=subprocess.STDOUT),
         subprocess.Popen(["prometheus", f"--config.file={work / 'prom.yml'}",
                           f"--storage.tsdb.path={work / 'tsdb'}",
                           f"--web.listen-address=127.0.0.1:{prom_port}"],
-                         stdout=open(work / "prom.log", "wb"), stderr=subprocess.STDOUT)]
+                         stdout=(work / "prom.log").open("wb"), stderr=subprocess.STDOUT)]
     demo = subprocess.Popen([sys.executable, "-m", "monitor.cli", "demo", "--scenario",
                              args.scenario, "--duration", str(args.duration),
                              "--metrics-port", str(metrics)],
-                            stdout=open(work / "demo.log", "wb"), stderr=subprocess.STDOUT)
+                            stdout=(work / "demo.log").open("wb"), stderr=subprocess.STDOUT)
     try:
         while not answers(metrics) and demo.poll() is None:
             time.sleep(0.2)

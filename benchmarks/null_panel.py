@@ -17,7 +17,8 @@ Shapes: Beta(6,4), Beta(2,5), a bimodal mixture of two Betas, Beta(6,4) rounded 
 decimals, a heavy-tailed latency-like lognormal (signal range 0-20, overflow beyond),
 a daily cycle (Beta(6,4) at a traffic volume that swings +-60% over a day of windows:
 stationary law, varying window sizes), and rates: a share of exactly 100% and 0%
-(answer coverage), exactly 0% (critical_claim_unsupported), and 2% / 80% as controls.
+(answer coverage), exactly 0% (critical_claim_unsupported), 2% / 80% as controls, and
+rare shares (critical_claim_unsupported 0.1%, 0.3%, 0.5%, 1%; coverage 99%, 99.5%).
 A degenerate stream that cannot move in a direction has no detector there (reported as
 "none"); where it can move, any change away from the degenerate value alarms.
 
@@ -89,6 +90,13 @@ SHAPES = [
     Shape("ccu0", "rate", p=0.0, signal="critical_claim_unsupported_rate"),
     Shape("ccu2", "rate", p=0.02, signal="critical_claim_unsupported_rate"),
     Shape("coverage80", "rate", p=0.80, signal="answer_coverage"),
+    # Rare shares (issue #44): a reference of 2,000 traces holds 2-20 events.
+    Shape("ccu0.1", "rate", p=0.001, signal="critical_claim_unsupported_rate"),
+    Shape("ccu0.3", "rate", p=0.003, signal="critical_claim_unsupported_rate"),
+    Shape("ccu0.5", "rate", p=0.005, signal="critical_claim_unsupported_rate"),
+    Shape("ccu1", "rate", p=0.01, signal="critical_claim_unsupported_rate"),
+    Shape("coverage99", "rate", p=0.99, signal="answer_coverage"),
+    Shape("coverage99.5", "rate", p=0.995, signal="answer_coverage"),
 ]
 
 

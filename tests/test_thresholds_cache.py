@@ -3,6 +3,8 @@ written, recomputed when the file is unreadable, keyed so that another key misse
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from monitor.detect import thresholds
@@ -36,15 +38,43 @@ def test_keys_differ_and_the_cache_can_be_turned_off(tmp_path, monkeypatch):
     assert thresholds._cache_path(*KEY) is None
 
 
-def test_the_shipped_calibrations_are_this_sources():
+def test_the_shipped_calibrations_are_this_versions():
     """Calibrations shipped with the package (monitor/detect/calibrations) are read when
-    the cache misses; after a change to thresholds.py or detectors.py they no longer
-    match any key. Re-ship: `RAGMON_CALIBRATION_CACHE=/tmp/c python -m pytest -m "not
-    integration"`, then `python -m monitor.detect.thresholds /tmp/c`."""
+    the cache misses; each says its version and key. After a bump of
+    CALIBRATION_VERSION they no longer match: `python -m monitor.detect.thresholds ship`."""
     shipped = sorted(thresholds.SHIPPED.glob("*.npz"))
     assert shipped, "no calibrations shipped"
     stale = [p.name for p in shipped if not thresholds._made_here(p)]
-    assert not stale, f"{len(stale)} shipped calibrations are from another source: re-ship"
+    assert not stale, f"{len(stale)} shipped calibrations are from another version: re-ship"
+
+
+def _sample() -> list:
+    """A fixed sample of shipped keys, one of each kind of null model, the cheapest of
+    each kind (by window size) so that re-simulating them takes seconds."""
+    found: dict[str, tuple] = {}
+    for path in sorted(thresholds.SHIPPED.glob("*.npz")):
+        key = thresholds.saved_key(path)
+        assert key is not None, path.name
+        kind = type(key[0]).__name__ + ("-shape" if getattr(key[0], "atoms", None) else "")
+        if kind not in found or key[1] < found[kind][1][1]:
+            found[kind] = (path, key)
+    return [found[kind] for kind in sorted(found)]
+
+
+def test_shipped_curves_are_what_this_version_simulates():
+    """The simulation's output may only change with CALIBRATION_VERSION: a change to a
+    detector, a null model or the simulation that moves a curve, without a bump, would
+    leave every cache and the shipped set holding thresholds for another statistic."""
+    sample = _sample()
+    assert len(sample) >= 4, [p.name for p, _ in sample]
+    for path, (family, window_n) in sample:
+        hs, log_arls = thresholds._simulate(family, window_n)
+        with np.load(path) as saved:
+            same = (saved["hs"].shape == hs.shape and np.allclose(saved["hs"], hs)
+                    and np.allclose(saved["log_arls"], log_arls))
+        assert same, (f"{type(family).__name__} key {path.name}: the simulation's output "
+                      "changed; bump thresholds.CALIBRATION_VERSION and run "
+                      "`python -m monitor.detect.thresholds ship`")
 
 
 def test_a_shipped_calibration_is_read_when_the_cache_misses(tmp_path, monkeypatch):
@@ -54,22 +84,34 @@ def test_a_shipped_calibration_is_read_when_the_cache_misses(tmp_path, monkeypat
     path = thresholds._cache_path(*KEY)
     assert path is not None
     shipped.mkdir()
-    np.savez(shipped / path.name, hs=np.array([1.0]), log_arls=np.array([2.0]),
-             sources=thresholds._SOURCES_DIGEST)
+    thresholds._save(shipped / path.name, (np.array([1.0]), np.array([2.0])), KEY)
     hs, log_arls = thresholds._curve.__wrapped__(*KEY)
     assert (hs.tolist(), log_arls.tolist()) == ([1.0], [2.0])  # not simulated
     with np.load(path) as saved:  # and copied into the cache
         assert saved["hs"].tolist() == [1.0]
 
 
-def test_ship_copies_this_sources_calibrations_and_drops_stale_ones(tmp_path, monkeypatch):
+def test_ship_copies_this_versions_calibrations_and_drops_stale_ones(tmp_path, monkeypatch):
     cache, shipped = tmp_path / "cache", tmp_path / "shipped"
     monkeypatch.setattr(thresholds, "SHIPPED", shipped)
     cache.mkdir()
     shipped.mkdir()
-    np.savez(cache / "a.npz", hs=[1.0], log_arls=[1.0], sources=thresholds._SOURCES_DIGEST)
-    np.savez(cache / "b.npz", hs=[1.0], log_arls=[1.0], sources="another source")
-    np.savez(cache / "c.npz", hs=[1.0], log_arls=[1.0])  # from before sources were saved
-    np.savez(shipped / "old.npz", hs=[1.0], log_arls=[1.0], sources="another source")
+    other = (GaussMean(0.0, 1.0, 1, 10.0), 1.0)
+    curve = (np.array([1.0]), np.array([1.0]))
+    thresholds._save(cache / thresholds.key_name(*KEY), curve, KEY)
+    thresholds._save(cache / "renamed.npz", curve, other)  # its name is not its key's
+    np.savez(cache / "c.npz", hs=[1.0], log_arls=[1.0])  # from before versions were saved
+    monkeypatch.setattr(thresholds, "CALIBRATION_VERSION", 0)
+    thresholds._save(shipped / thresholds.key_name(*other), curve, other)  # older version
+    monkeypatch.setattr(thresholds, "CALIBRATION_VERSION", 1)
     assert thresholds.ship(cache) == (1, 1)
-    assert sorted(p.name for p in shipped.iterdir()) == ["a.npz"]
+    assert sorted(p.name for p in shipped.iterdir()) == [thresholds.key_name(*KEY)]
+
+
+def test_a_comment_leaves_the_keys_alone():
+    """Keys name the version and the key only: not the source text (a docstring fixed
+    in thresholds.py once invalidated all 717 shipped calibrations)."""
+    name = thresholds.key_name(*KEY)
+    assert name == thresholds.key_name(GaussMean(0.0, 1.0, 1, 5.0), 1.0)
+    source = Path(thresholds.__file__).read_text()
+    assert "_SOURCES" not in source and "read_bytes" not in source

@@ -59,6 +59,7 @@ __all__ = ["LOG_ODDS", "ODDS_BUDGET", "ODDS_EVENTS", "Odds", "at_budget", "rate"
 
 LOG_ODDS: Final = math.log(1.75)  # the default `share_odds_ratio`
 ODDS_EVENTS: Final = 200  # minority events of a reference from which the GLR watches it
+ODDS_MIN_EVENTS: Final = 1  # minority events below which the GLR watches it too
 ODDS_BUDGET: Final = 10_000  # windows between false alarms beyond which the GLR watches it
 
 
@@ -105,7 +106,7 @@ def rate(n_ref: float, events_ref: float, sign: int,
     share cannot move that way (a reference of 0% cannot drop, one of 100% cannot rise)."""
     if n_ref <= 0 or (sign < 0 and events_ref <= 0) or (sign > 0 and events_ref >= n_ref):
         return None
-    if 0 < min(events_ref, n_ref - events_ref) < ODDS_EVENTS:
+    if ODDS_MIN_EVENTS <= min(events_ref, n_ref - events_ref) < ODDS_EVENTS:
         return Odds(events_ref / n_ref, sign, n_ref, log_odds)
     return Bernoulli(events_ref / n_ref, sign, n_ref)
 

@@ -37,11 +37,12 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import pickle
 import shutil
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Final
+from typing import Final, cast
 
 import numpy as np
 
@@ -49,14 +50,20 @@ from monitor.detect.detectors import Bernoulli, Family, GammaScale, GaussMean, M
 from monitor.detect.empirical import Empirical
 from monitor.detect.shares import Odds
 
-__all__ = ["SHIPPED", "arl0_windows", "calibration_key", "run_lengths", "ship", "threshold"]
+__all__ = ["CALIBRATION_VERSION", "SHIPPED", "arl0_windows", "calibration_key", "key_name",
+           "run_lengths", "saved_key", "ship", "threshold"]
 
 _MIN_ALARMS = 40  # alarms needed before an ARL0 estimate is trusted
 _STEPS = 1500     # windows simulated per stream; longer budgets are extrapolated
 _GAUSSIAN_EVENTS = 10.0
-_SOURCES = b"".join(Path(__file__).with_name(name).read_bytes()
-                    for name in ("thresholds.py", "detectors.py", "empirical.py", "shares.py"))
-_SOURCES_DIGEST: Final = hashlib.sha256(_SOURCES).hexdigest()
+# The calibration version: part of every cache key. Bump it whenever what a key
+# simulates changes (a detector's statistic, a null model's sampling, `run_lengths`,
+# `_simulate`, the seed): cached and shipped curves then no longer match, and the
+# shipped set is made again (`python -m monitor.detect.thresholds ship`). Comments,
+# docstrings and refactors that leave the output alone keep it.
+# `tests/test_thresholds_cache.py` recomputes a sample of shipped keys and fails if
+# their curves moved under the same version.
+CALIBRATION_VERSION: Final = 1
 # Calibrations shipped with the package (`ship`): the default layout's keys, so that a
 # fresh install arms its streams without simulating first. Read after the cache folder.
 SHIPPED: Final = Path(__file__).with_name("calibrations")
@@ -105,7 +112,11 @@ def shape_shift(family: GaussMean | GammaScale, window_n: float, arl0: float) ->
     # (spread up 0.56x the budget on the panel; carried: 0.75x; RESULTS.md, session 21).
     reach = math.exp(float(_curve(*calibration_key(empirical, n))[1][-1]))
     at = min(max(arl0, 2.0), reach)
-    return _model_threshold(empirical, n, at) - _model_threshold(model, n, at)
+    # A spread key's Gamma shape is snapped (`empirical_key`); the statistic is the shape
+    # times a function of the window's variance ratio, so on the same simulated windows
+    # the threshold scales with the shape exactly.
+    scale = family.shape / empirical.shape if isinstance(family, GammaScale) else 1.0
+    return scale * _model_threshold(empirical, n, at) - _model_threshold(model, n, at)
 
 
 def empirical_key(family: GaussMean | GammaScale, window_n: float) -> Empirical | None:
@@ -127,7 +138,11 @@ def empirical_key(family: GaussMean | GammaScale, window_n: float) -> Empirical 
         return Empirical("location", atoms, 1)
     if n >= 2_000:
         return None
-    return Empirical("spread", atoms, family.sign, round(family.shape, 3))
+    # The Gamma shape snapped to the R10 series: a stream keeps the atoms it was armed
+    # with while its reference grows, but its shape follows the growth, so exact values
+    # made the key depend on when calibration reached the stream (a demo run found 263
+    # of its shapes shipped under another shape, 0.500 vs 0.508).
+    return Empirical("spread", atoms, family.sign, round(_fine(family.shape), 3))
 
 
 def _model_threshold(family: Family, window_n: float, arl0: float) -> float:
@@ -211,7 +226,7 @@ def _curve(family: Family, window_n: float) -> tuple[np.ndarray, np.ndarray]:
     curve = _load(SHIPPED / path.name)  # the shipped set, copied to the cache
     if curve is None:
         curve = _simulate(family, window_n)
-    _save(path, curve)  # whole, even where an unreadable file was
+    _save(path, curve, (family, window_n))  # whole, even where an unreadable file was
     return curve
 
 
@@ -238,25 +253,44 @@ def _simulate(family: Family, window_n: float) -> tuple[np.ndarray, np.ndarray]:
 def _cache_path(family: Family, window_n: float) -> Path | None:
     """Where a calibration is kept between processes: the simulation is deterministic
     (seed 0) and takes seconds to a minute per key, so a restarted worker, a replay and a
-    test run reuse it. Keyed by the key and by this module's and the detectors' source,
-    so a change to either calibrates afresh. RAGMON_CALIBRATION_CACHE names the folder
-    (default ~/.cache/ragmon/thresholds); "off" turns it off."""
+    test run reuse it. Named by the key and `CALIBRATION_VERSION`.
+    RAGMON_CALIBRATION_CACHE names the folder (default ~/.cache/ragmon/thresholds);
+    "off" turns it off."""
     folder = os.environ.get("RAGMON_CALIBRATION_CACHE", "")
     if folder == "off":
         return None
     base = Path(folder) if folder else Path.home() / ".cache" / "ragmon" / "thresholds"
-    digest = hashlib.sha256(_SOURCES + repr((family, window_n, _STEPS, _MIN_ALARMS)).encode())
-    return base / f"{digest.hexdigest()[:32]}.npz"
+    return base / key_name(family, window_n)
 
 
-def _save(path: Path, curve: tuple[np.ndarray, np.ndarray]) -> None:
+def key_name(family: Family, window_n: float) -> str:
+    """The file name of a calibration key under this calibration version."""
+    key = repr((CALIBRATION_VERSION, family, window_n, _STEPS, _MIN_ALARMS))
+    return f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.npz"
+
+
+def _save(path: Path, curve: tuple[np.ndarray, np.ndarray],
+          key: tuple[Family, float] | None = None) -> None:
+    """Write a curve whole, with its version and (pickled) key, so that `ship` can check
+    it and a test can simulate it again."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.tmp.npz")
-        np.savez(partial, hs=curve[0], log_arls=curve[1], sources=_SOURCES_DIGEST)
+        pickled = b"" if key is None else pickle.dumps(key, protocol=4)
+        np.savez(partial, hs=curve[0], log_arls=curve[1], version=CALIBRATION_VERSION,
+                 key=np.frombuffer(pickled, dtype=np.uint8))
         os.replace(partial, path)  # whole or not at all, whoever writes it at the same time
     except OSError:
         pass  # a read-only home: calibrate again next time
+
+
+def saved_key(path: Path) -> tuple[Family, float] | None:
+    """The calibration key a saved curve was made for (None if it does not say)."""
+    try:
+        with np.load(path) as saved:
+            return cast(tuple[Family, float], pickle.loads(saved["key"].tobytes()))
+    except (OSError, ValueError, KeyError, EOFError, pickle.UnpicklingError, AttributeError):
+        return None
 
 
 def run_lengths(family: Family, window_n: float, steps: int, draws: int = 20,
@@ -294,9 +328,8 @@ def _grid(x: float) -> float:
 
 
 def ship(folder: Path) -> tuple[int, int]:
-    """Copy the calibrations in `folder` (a cache folder) made by this source into
-    `SHIPPED`, and drop shipped ones made by another: (copied, dropped). Run by
-    `python -m monitor.detect.thresholds FOLDER` after a test run filled FOLDER."""
+    """Copy the calibrations in `folder` (a cache folder) made under this calibration
+    version into `SHIPPED`, and drop shipped ones made under another: (copied, dropped)."""
     SHIPPED.mkdir(exist_ok=True)
     copied = dropped = 0
     for path in sorted(folder.glob("*.npz")):
@@ -311,16 +344,19 @@ def ship(folder: Path) -> tuple[int, int]:
 
 
 def _made_here(path: Path) -> bool:
-    """Whether a saved calibration was made by this source of the two modules."""
+    """Whether a saved calibration was made under this calibration version, for the key
+    its name says."""
     try:
         with np.load(path) as saved:
-            return bool(str(saved["sources"]) == _SOURCES_DIGEST)
+            if int(saved["version"]) != CALIBRATION_VERSION:
+                return False
     except (OSError, ValueError, KeyError):
         return False
+    key = saved_key(path)
+    return key is not None and key_name(*key) == path.name
 
 
 if __name__ == "__main__":
-    import sys
+    from monitor.detect import ship as shipping
 
-    done = ship(Path(sys.argv[1]))
-    print(f"{done[0]} calibrations shipped, {done[1]} stale ones dropped, in {SHIPPED}")
+    raise SystemExit(shipping.main())
