@@ -98,7 +98,7 @@ def _drive(settings: Settings, scenario: str, started: float, until: float, rate
     change_at = int(rate * max(until - begun, 0.0) / 2)
     # Event time starts on a window boundary: every run then folds the same traces into
     # the same windows and freezes the same references, so the calibrations shipped for
-    # the demo (`python -m monitor.detect.thresholds ship`) arm all its streams at once.
+    # the demo (`python -m monitor.detect.ship ship`) arm all its streams at once.
     now = datetime.now(UTC).timestamp()
     start = datetime.fromtimestamp(now - now % DEMO_WINDOW_SECONDS, UTC)
     sim = Simulator(seed=0, scenario=scenario, change_at=change_at, rate=rate,

@@ -41,7 +41,7 @@ def test_keys_differ_and_the_cache_can_be_turned_off(tmp_path, monkeypatch):
 def test_the_shipped_calibrations_are_this_versions():
     """Calibrations shipped with the package (monitor/detect/calibrations) are read when
     the cache misses; each says its version and key. After a bump of
-    CALIBRATION_VERSION they no longer match: `python -m monitor.detect.thresholds ship`."""
+    CALIBRATION_VERSION they no longer match: `python -m monitor.detect.ship ship`."""
     shipped = sorted(thresholds.SHIPPED.glob("*.npz"))
     assert shipped, "no calibrations shipped"
     stale = [p.name for p in shipped if not thresholds._made_here(p)]
@@ -74,7 +74,7 @@ def test_shipped_curves_are_what_this_version_simulates():
                     and np.allclose(saved["log_arls"], log_arls))
         assert same, (f"{type(family).__name__} key {path.name}: the simulation's output "
                       "changed; bump thresholds.CALIBRATION_VERSION and run "
-                      "`python -m monitor.detect.thresholds ship`")
+                      "`python -m monitor.detect.ship ship`")
 
 
 def test_a_shipped_calibration_is_read_when_the_cache_misses(tmp_path, monkeypatch):

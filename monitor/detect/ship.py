@@ -1,7 +1,7 @@
 """Making the shipped calibrations (`monitor/detect/calibrations/`), for maintainers.
 
-    python -m monitor.detect.thresholds ship            # regenerate the whole set
-    python -m monitor.detect.thresholds copy FOLDER     # add a filled cache folder's
+    python -m monitor.detect.ship ship            # regenerate the whole set
+    python -m monitor.detect.ship copy FOLDER     # add a filled cache folder's
 
 `ship` runs, in a checkout, every workload whose streams a fresh install should find
 armed, all with one empty calibration cache: the test suite's fast tier, the drift and
@@ -60,7 +60,7 @@ def regenerate(cache: Path) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m monitor.detect.thresholds",
+    parser = argparse.ArgumentParser(prog="python -m monitor.detect.ship",
                                      description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     ship = commands.add_parser("ship", help="regenerate the shipped set (in a checkout)")
@@ -78,3 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{copied} calibrations shipped, {dropped} dropped; {total} in {thresholds.SHIPPED} "
           f"(version {thresholds.CALIBRATION_VERSION})")
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -59,7 +59,7 @@ _GAUSSIAN_EVENTS = 10.0
 # The calibration version: part of every cache key. Bump it whenever what a key
 # simulates changes (a detector's statistic, a null model's sampling, `run_lengths`,
 # `_simulate`, the seed): cached and shipped curves then no longer match, and the
-# shipped set is made again (`python -m monitor.detect.thresholds ship`). Comments,
+# shipped set is made again (`python -m monitor.detect.ship ship`). Comments,
 # docstrings and refactors that leave the output alone keep it.
 # `tests/test_thresholds_cache.py` recomputes a sample of shipped keys and fails if
 # their curves moved under the same version.
@@ -354,9 +354,3 @@ def _made_here(path: Path) -> bool:
         return False
     key = saved_key(path)
     return key is not None and key_name(*key) == path.name
-
-
-if __name__ == "__main__":
-    from monitor.detect import ship as shipping
-
-    raise SystemExit(shipping.main())

@@ -50,11 +50,10 @@ from monitor.worker.batches import Batch, BatchApp, BatchConsumer
 from monitor.worker.dead import DeadLetters
 from monitor.worker.merge import Merger, owner
 from monitor.worker.partitions import Group, Partitions
-from monitor.worker.provision import topic_ids
 from monitor.worker.reference_sync import ReferenceSync
 from monitor.worker.spans import SpanStage
 from monitor.worker.threads import in_daemon_thread
-from monitor.worker.wiring import credentials, every, raw_topic
+from monitor.worker.wiring import credentials, every, raw_topic, retrying
 
 __all__ = ["Worker", "build", "credentials"]
 
@@ -131,7 +130,7 @@ class Worker:
             if not consumer.current(batch):
                 self.health.batches_dropped += 1
                 return
-            replaced = await self._log_replaced(batch)
+            replaced = await upkeep.log_replaced(self, batch)
             if not replaced:
                 await self._fold_whole(batch)
         if replaced:  # left unacknowledged: the topic check reads it again from 0
@@ -158,38 +157,14 @@ class Worker:
         for tp, found in batch.records.items():
             consumer.acknowledge(tp, [record.offset for record in found])
 
-    async def _log_replaced(self, batch: Batch) -> bool:
-        """Whether `batch` starts a partition held here at or behind an offset it already
-        applied, in a topic that now has a new id. A broker that lost its log starts
-        offsets again at 0 and the consumer, its position out of range, reads from there,
-        often before the topic check (every `TOPIC_CHECK_SECONDS`) has seen the new id:
-        folded, the new log's records would be skipped as redeliveries of the old one's.
-        Records behind a checkpoint are otherwise a plain redelivery (after a rebalance
-        or a restart), so the broker is asked only then."""
-        held = self.partitions.offsets
-        behind = sorted({tp.topic for tp, found in batch.records.items()
-                         if found and tp.topic in self.topic_ids
-                         and found[0].offset <= held.get(tp.partition, {}).get(tp.topic, -1)})
-        if not behind:
-            return False
-        ids = await self._retrying(partial(asyncio.to_thread, topic_ids, self.settings,
-                                           tuple(behind)), "reading topic ids")
-        changed = [name for name in behind
-                   if ids.get(name, self.topic_ids[name]) != self.topic_ids[name]]
-        if changed:
-            log.warning("a batch of %s starts behind offsets applied here and the topic "
-                        "has a new id (the broker lost its log): not folded; the topic "
-                        "check reads it again", changed)
-        return bool(changed)
-
     async def _take_kind(self, kind: str, topic: str,
                          records: dict[int, Sequence[Any]]) -> None:
         if kind == "otlp" and self.spans is not None:
-            await self._retrying(partial(self.spans.forward, [
+            await self.retrying(partial(self.spans.forward, [
                 record for _, found in sorted(records.items()) for record in found]),
                 "otlp: forwarding spans")
         elif kind == "spans" and self.spans is not None:
-            await self._retrying(partial(self.spans.assemble, records),
+            await self.retrying(partial(self.spans.assemble, records),
                                  "spans: assembling decisions")
         else:
             await self._fold_batch(kind, topic, records)
@@ -201,17 +176,17 @@ class Worker:
         assigned = {tp.partition for tp in self.app.consumer.assignment()
                     if tp.topic == self.settings.topic_spans}
         async with self._folding:
-            await self._retrying(partial(self.spans.tick, assigned), "spans: quiet partitions")
+            await self.retrying(partial(self.spans.tick, assigned), "spans: quiet partitions")
 
     async def _fold_batch(self, kind: str, topic: str,
                           records: dict[int, Sequence[Any]]) -> None:
         started = time.perf_counter()
         if not self.references.loaded:
-            await self._retrying(self._load_references, "loading references")
+            await self.retrying(self._load_references, "loading references")
         # Every partition assigned here at once (restores wait on the broker, in parallel).
         assigned = {tp.partition for tp in self.app.consumer.assignment()
                     if tp.topic in self.topics} | set(records)
-        await self._retrying(partial(self.partitions.recover_all, assigned),
+        await self.retrying(partial(self.partitions.recover_all, assigned),
                              f"partitions {sorted(assigned)}: recovery")
         groups = [Group(partition, topic, [r.offset for r in found],
                         [r.value if isinstance(r.value, bytes) else b"" for r in found])
@@ -225,7 +200,7 @@ class Worker:
             for index, rejection in done.dead:
                 await self.dead.of_message(of_partition[index], rejection)
         if folded:
-            await self._retrying(partial(self.partitions.checkpoint, folded), "checkpoints")
+            await self.retrying(partial(self.partitions.checkpoint, folded), "checkpoints")
         self.health.batch_seconds += time.perf_counter() - started
         self.health.batches += 1
         self.last_progress = time.monotonic()
@@ -291,7 +266,7 @@ class Worker:
             if frozen_before.get(release) is not reference:
                 log.info("reference for release %s %s (%d traces)", release,
                          "grew" if reference.growths else "frozen", reference.traces)
-                await self._retrying(partial(self._publish_reference, release,
+                await self.retrying(partial(self._publish_reference, release,
                                              reference.to_bytes()),
                                      f"reference {release}: publish")
 
@@ -335,18 +310,8 @@ class Worker:
         self.drift_view = self.drift.view(self.owns)
         self._calibrate_soon()
 
-    async def _retrying(self, attempt: Callable[[], Awaitable[T]], what: str) -> T:
-        """Retry broker I/O with backoff instead of letting it escape the agent: the batch
-        stays unacknowledged meanwhile, so nothing is lost and nothing is acked early."""
-        delay = 0.5
-        while True:
-            try:
-                return await attempt()
-            except Exception:
-                self.health.errors += 1
-                log.exception("%s failed; retrying in %.1f s", what, delay)
-                await asyncio.sleep(delay)
-                delay = min(2 * delay, 30.0)
+    async def retrying(self, attempt: Callable[[], Awaitable[T]], what: str) -> T:
+        return await retrying(attempt, what, self.health)
 
     def refresh(self) -> None:
         """Swap in a new snapshot for the scrapes: the owned releases' merged cells, and

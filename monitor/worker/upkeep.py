@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from functools import partial
 from typing import TYPE_CHECKING
 
 from monitor.worker import stall, topics
@@ -17,8 +18,9 @@ from monitor.worker.rewind import lost_offsets, rewind
 
 if TYPE_CHECKING:
     from monitor.worker.app import Worker
+    from monitor.worker.batches import Batch
 
-__all__ = ["check_stall", "check_topics"]
+__all__ = ["check_stall", "check_topics", "log_replaced"]
 
 log = logging.getLogger("ragmon.worker")
 
@@ -94,3 +96,28 @@ async def check_topics(worker: Worker) -> None:
     # The fold gets a whole stall period from here: the outage before it was no stall, and
     # a restart in place now would start counting again and lose the `state_lost` count.
     worker.last_progress = time.monotonic()
+
+
+async def log_replaced(worker: Worker, batch: Batch) -> bool:
+    """Whether `batch` starts a partition held here at or behind an offset it already
+    applied, in a topic that now has a new id. A broker that lost its log starts
+    offsets again at 0 and the consumer, its position out of range, reads from there,
+    often before `check_topics` (every `TOPIC_CHECK_SECONDS`) has seen the new id:
+    folded, the new log's records would be skipped as redeliveries of the old one's.
+    Records behind a checkpoint are otherwise a plain redelivery (after a rebalance or
+    a restart), so the broker is asked only then."""
+    held = worker.partitions.offsets
+    behind = sorted({tp.topic for tp, found in batch.records.items()
+                     if found and tp.topic in worker.topic_ids
+                     and found[0].offset <= held.get(tp.partition, {}).get(tp.topic, -1)})
+    if not behind:
+        return False
+    ids = await worker.retrying(partial(asyncio.to_thread, topic_ids, worker.settings,
+                                        tuple(behind)), "reading topic ids")
+    changed = [name for name in behind
+               if ids.get(name, worker.topic_ids[name]) != worker.topic_ids[name]]
+    if changed:
+        log.warning("a batch of %s starts behind offsets applied here and the topic has a "
+                    "new id (the broker lost its log): not folded; the topic check reads "
+                    "it again", changed)
+    return bool(changed)

@@ -3,9 +3,10 @@ bytes, timers whose failures are logged and retried, and connection credentials.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import faust
 
@@ -13,9 +14,10 @@ from monitor.export.snapshot import Health
 from monitor.settings import Settings
 from monitor.worker.connection import ssl_context
 
-__all__ = ["credentials", "every", "raw_topic"]
+__all__ = ["credentials", "every", "raw_topic", "retrying"]
 
 log = logging.getLogger("ragmon.worker")
+T = TypeVar("T")
 
 
 def every(app: faust.App, seconds: float, step: Callable[[], Awaitable[None] | None], what: str,
@@ -53,3 +55,17 @@ def credentials(settings: Settings) -> faust.auth.Credentials | None:
     if context is not None:
         return faust.SSLCredentials(context)
     return None
+
+
+async def retrying(attempt: Callable[[], Awaitable[T]], what: str, health: Health) -> T:
+    """Retry broker I/O with backoff instead of letting it escape the agent: the batch
+    stays unacknowledged meanwhile, so nothing is lost and nothing is acked early."""
+    delay = 0.5
+    while True:
+        try:
+            return await attempt()
+        except Exception:
+            health.errors += 1
+            log.exception("%s failed; retrying in %.1f s", what, delay)
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 30.0)
