@@ -80,6 +80,19 @@ def _scrapes(port: int, job: str) -> tuple[int, int]:
     return total, round((1.0 - float(up["value"][1])) * total)
 
 
+def _rules_every_second() -> dict:
+    """alerts/ragmon-rules.yml as shipped, its SLO group evaluated every second instead of
+    every minute: an error ratio needs `min_events` counted within its window, which
+    the minute's evaluations of a three-minute test may never see."""
+    import yaml
+
+    rules = yaml.safe_load((ROOT / "alerts" / "ragmon-rules.yml").read_text())
+    for group in rules["groups"]:
+        if group["name"] == "ragmon.slo":
+            group["interval"] = "1s"
+    return rules
+
+
 def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(args, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
 
@@ -127,7 +140,7 @@ def test_drift_alert_reaches_the_webhook_and_every_panel_has_data(broker, tmp_pa
         "RAGMON_SLICE_DIMENSIONS": "language"})
     am_port, prom_port = free_port(), free_port()
     (tmp_path / "am.yml").write_text(json.dumps(_example_alertmanager(hook.server_port)))
-    shutil.copy(ROOT / "alerts" / "ragmon-rules.yml", tmp_path / "rules.yml")
+    (tmp_path / "rules.yml").write_text(json.dumps(_rules_every_second()))
     (tmp_path / "prom.yml").write_text(json.dumps({
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": ["rules.yml"],
@@ -151,6 +164,7 @@ def test_drift_alert_reaches_the_webhook_and_every_panel_has_data(broker, tmp_pa
                         start=start)
         produce(settings, settings.topic_decisions, list(sim.traces(10_000)))
         produce(settings, settings.topic_labels, sim.labels)  # label panels need data too
+        early_labels = len(sim.labels)
         top = (("dimension", "all"), ("direction", "down"), ("release", "2026.11.3"),
                ("signal", "top_score"), ("value", "all"))
         wait_for(lambda: math.isfinite(scrape(metrics).get(("ragmon_drift_threshold", top),
@@ -164,6 +178,10 @@ def test_drift_alert_reaches_the_webhook_and_every_panel_has_data(broker, tmp_pa
 
         # The same simulator goes on past its change point (event time continues).
         produce(settings, settings.topic_decisions, list(sim.traces(6_000)))
+        # Labels that arrive while Prometheus watches: an SLO's error ratio needs
+        # `min_events` valid events counted within its window (alerts/slo.yml), and a
+        # counter's first sample (the early labels, folded in one batch) is no increase.
+        produce(settings, settings.topic_labels, sim.labels[early_labels:])
         releases = {"2026.11.3", "2026.12.1"}  # the shift hits both
         wait_for(lambda: {a["release"] for a in _drift_alerts()} == releases,
                  timeout=120, what="RagmonRetrievalScoreDrift of both releases")
