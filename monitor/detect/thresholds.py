@@ -270,15 +270,14 @@ def key_name(family: Family, window_n: float) -> str:
 
 
 def _save(path: Path, curve: tuple[np.ndarray, np.ndarray],
-          key: tuple[Family, float] | None = None) -> None:
+          key: tuple[Family, float]) -> None:
     """Write a curve whole, with its version and (pickled) key, so that `ship` can check
     it and a test can simulate it again."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.tmp.npz")
-        pickled = b"" if key is None else pickle.dumps(key, protocol=4)
         np.savez(partial, hs=curve[0], log_arls=curve[1], version=CALIBRATION_VERSION,
-                 key=np.frombuffer(pickled, dtype=np.uint8))
+                 key=np.frombuffer(pickle.dumps(key, protocol=4), dtype=np.uint8))
         os.replace(partial, path)  # whole or not at all, whoever writes it at the same time
     except OSError:
         pass  # a read-only home: calibrate again next time
@@ -286,11 +285,17 @@ def _save(path: Path, curve: tuple[np.ndarray, np.ndarray],
 
 def saved_key(path: Path) -> tuple[Family, float] | None:
     """The calibration key a saved curve was made for (None if it does not say)."""
+    return _saved(path)[1]
+
+
+def _saved(path: Path) -> tuple[int | None, tuple[Family, float] | None]:
+    """(version, key) a saved curve says it was made under (None where it does not)."""
     try:
         with np.load(path) as saved:
-            return cast(tuple[Family, float], pickle.loads(saved["key"].tobytes()))
+            version = int(saved["version"])
+            return version, cast(tuple[Family, float], pickle.loads(saved["key"].tobytes()))
     except (OSError, ValueError, KeyError, EOFError, pickle.UnpicklingError, AttributeError):
-        return None
+        return None, None
 
 
 def run_lengths(family: Family, window_n: float, steps: int, draws: int = 20,
@@ -346,11 +351,5 @@ def ship(folder: Path) -> tuple[int, int]:
 def _made_here(path: Path) -> bool:
     """Whether a saved calibration was made under this calibration version, for the key
     its name says."""
-    try:
-        with np.load(path) as saved:
-            if int(saved["version"]) != CALIBRATION_VERSION:
-                return False
-    except (OSError, ValueError, KeyError):
-        return False
-    key = saved_key(path)
-    return key is not None and key_name(*key) == path.name
+    version, key = _saved(path)
+    return version == CALIBRATION_VERSION and key is not None and key_name(*key) == path.name
