@@ -29,11 +29,11 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import ClassVar
 
-import yaml
-
 from monitor.broker import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from test_e2e_alerting import example_alertmanager  # noqa: E402  (the shipped config, rewired)
 
 
 class Hook(BaseHTTPRequestHandler):
@@ -47,18 +47,6 @@ class Hook(BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:
         pass
-
-
-def alertmanager_config(hook_port: int) -> dict:
-    config = yaml.safe_load((ROOT / "alerts" / "alertmanager.yml").read_text())
-    for receiver in config["receivers"]:
-        receiver["webhook_configs"] = [{"url": f"http://127.0.0.1:{hook_port}/{receiver['name']}",
-                                        "send_resolved": False}]
-    for route in [config["route"], *config["route"].get("routes", [])]:
-        for key in ("group_wait", "group_interval"):
-            if key in route:
-                route[key] = "1s"
-    return config
 
 
 def answers(port: int) -> bool:
@@ -78,7 +66,7 @@ def main() -> int:
     hook = HTTPServer(("127.0.0.1", free_port()), Hook)
     threading.Thread(target=hook.serve_forever, daemon=True).start()
     metrics, am_port, prom_port = free_port(), free_port(), free_port()
-    (work / "am.yml").write_text(json.dumps(alertmanager_config(hook.server_port)))
+    (work / "am.yml").write_text(json.dumps(example_alertmanager(hook.server_port)))
     shutil.copy(ROOT / "alerts" / "ragmon-rules.yml", work / "rules.yml")
     (work / "prom.yml").write_text(json.dumps({
         "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},

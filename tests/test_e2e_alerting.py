@@ -112,7 +112,7 @@ def _drift_alerts() -> list[dict[str, str]]:
             if a["labels"]["alertname"] == "RagmonRetrievalScoreDrift"]
 
 
-def _example_alertmanager(port: int) -> dict:
+def example_alertmanager(port: int) -> dict:
     """alerts/alertmanager.yml as shipped, its receivers posting to this test's webhook
     and its waits shortened to a second."""
     import yaml
@@ -139,7 +139,7 @@ def test_drift_alert_reaches_the_webhook_and_every_panel_has_data(broker, tmp_pa
         "RAGMON_WINDOW_SECONDS": "10", "RAGMON_ALLOWED_LATENESS_SECONDS": "5",
         "RAGMON_SLICE_DIMENSIONS": "language"})
     am_port, prom_port = free_port(), free_port()
-    (tmp_path / "am.yml").write_text(json.dumps(_example_alertmanager(hook.server_port)))
+    (tmp_path / "am.yml").write_text(json.dumps(example_alertmanager(hook.server_port)))
     (tmp_path / "rules.yml").write_text(json.dumps(_rules_every_second()))
     (tmp_path / "prom.yml").write_text(json.dumps({
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
