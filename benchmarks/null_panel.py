@@ -14,7 +14,9 @@ the quantity the budget speaks of (false alarms per unit of time, averaged over 
 the reference could have been). Target: measured / budget within 0.7-1.3.
 
 Shapes: Beta(6,4), Beta(2,5), a bimodal mixture of two Betas, Beta(6,4) rounded to 2
-decimals, a heavy-tailed latency-like lognormal (signal range 0-20, overflow beyond),
+decimals, U-shaped Beta(.5,.5), 30% at exactly 0 plus Beta(6,4), uniform, three Beta
+modes, four distinct values, 25% saturated at 1.0 plus Beta(8,3), Beta(6,4) with 3% of
+garbage from Beta(1,20), a heavy-tailed latency-like lognormal (signal range 0-20, overflow beyond),
 a daily cycle (Beta(6,4) at a traffic volume that swings +-60% over a day of windows:
 stationary law, varying window sizes), and rates: a share of exactly 100% and 0%
 (answer coverage), exactly 0% (critical_claim_unsupported), 2% / 80% as controls, and
@@ -64,6 +66,27 @@ def _rounded(rng: np.random.Generator, size: tuple[int, ...]) -> np.ndarray:
     return np.round(rng.beta(6, 4, size), 2)
 
 
+def _mixture(parts: tuple[tuple[float, Draw], ...]) -> Draw:
+    """A mixture: each value from part i with probability weight i."""
+    def draw(rng: np.random.Generator, size: tuple[int, ...]) -> np.ndarray:
+        u = rng.random(size)
+        out, edge = np.zeros(size), 0.0
+        for weight, part in parts:
+            pick = (u >= edge) & (u < edge + weight)
+            out = np.where(pick, part(rng, size), out)
+            edge += weight
+        return out
+    return draw
+
+
+def _const(value: float) -> Draw:
+    return lambda rng, size: np.full(size, value)
+
+
+def _few_valued(rng: np.random.Generator, size: tuple[int, ...]) -> np.ndarray:
+    return rng.choice([0.25, 0.5, 0.75, 1.0], size=size, p=[0.1, 0.3, 0.4, 0.2])
+
+
 def _heavy(rng: np.random.Generator, size: tuple[int, ...]) -> np.ndarray:
     return np.exp(rng.normal(0.3, 0.8, size))  # a latency-like lognormal, seconds
 
@@ -85,6 +108,18 @@ SHAPES = [
     Shape("rounded", "signal", _rounded),
     Shape("heavy", "signal", _heavy, signal="latency_like"),
     Shape("cycle", "signal", _beta(6, 4), cycle=True),
+    # Score laws added in session 30 (issue #44), named before they were run: U-shaped,
+    # a point mass at 0 (nothing retrieved) plus a continuous part, uniform, three modes,
+    # four distinct values (a coarse retriever); and two of our own: a score saturating
+    # at 1.0 (a clipped cross-encoder) and 3% of garbage retrievals far below the rest.
+    Shape("ushape", "signal", _beta(0.5, 0.5)),
+    Shape("pointmass", "signal", _mixture(((0.3, _const(0.0)), (0.7, _beta(6, 4))))),
+    Shape("uniform", "signal", _beta(1, 1)),
+    Shape("trimodal", "signal", _mixture(((0.3, _beta(4, 20)), (0.4, _beta(20, 20)),
+                                          (0.3, _beta(20, 4))))),
+    Shape("fewvalued", "signal", _few_valued),
+    Shape("saturated", "signal", _mixture(((0.25, _const(1.0)), (0.75, _beta(8, 3))))),
+    Shape("garbage", "signal", _mixture(((0.03, _beta(1, 20)), (0.97, _beta(6, 4))))),
     Shape("coverage100", "rate", p=1.0, signal="answer_coverage"),
     Shape("coverage0", "rate", p=0.0, signal="answer_coverage"),
     Shape("ccu0", "rate", p=0.0, signal="critical_claim_unsupported_rate"),

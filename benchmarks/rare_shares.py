@@ -9,10 +9,7 @@ budget of one false alarm per 10,000 traces a stream, 20 in the file) in this pr
 with the reference growing as in the worker, and counts the alarms of the stream that
 watches the share on the release total and over its slices.
 
-    python benchmarks/rare_shares.py [--odds-min-events N] [--only ccu0.5,...]
-
-`--odds-min-events` sets `shares.ODDS_MIN_EVENTS` for the run (the fewest minority
-events of a reference the odds-ratio CUSUM watches; below, the two-sample GLR).
+    python benchmarks/rare_shares.py [--only ccu0.5,...]
 """
 
 from __future__ import annotations
@@ -27,7 +24,6 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from monitor.detect import shares
 from monitor.simulate import Simulator
 
 TRACES = 200_000
@@ -69,14 +65,12 @@ def alarms(path: Path, out: Path) -> list[dict]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--odds-min-events", type=int, default=shares.ODDS_MIN_EVENTS)
     parser.add_argument("--only")
     parser.add_argument("--seed", type=int, default=44)
     args = parser.parse_args()
-    shares.ODDS_MIN_EVENTS = args.odds_min_events  # type: ignore[misc]
     work = Path(tempfile.mkdtemp(prefix="ragmon-rare-"))
     budget = TRACES / 10_000
-    print(f"# odds_min_events={args.odds_min_events}; budget {budget:.0f} false alarms a "
+    print(f"# budget {budget:.0f} false alarms a "
           "stream; counts: release total / every slice stream of the signal")
     for name, (share, signal, direction, reason) in STREAMS.items():
         if args.only and name not in args.only.split(","):

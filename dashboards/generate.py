@@ -145,7 +145,8 @@ def drift() -> dict[str, Any]:
         _panel("Slices ranked by drift (statistic / threshold)", [(
             f'topk(20, ragmon_drift_score{{{REL},dimension!="all",signal=~"$signal"}})',
             "{{release}} {{dimension}}={{value}} {{signal}} {{direction}}")], kind="table"),
-        _panel("Streams by status (armed: ok or alarm)", [(
+        _panel("Streams by status (armed: ok, alarm, small_reference = a share whose reference "
+               "holds under 3 events: watched, budget not assured)", [(
             f"sum by (release, status) (ragmon_drift_streams{{{REL}}})",
             "{{release}} {{status}}")], kind="table"),
         _panel("Current vs reference distribution (cumulative share, release total)", [

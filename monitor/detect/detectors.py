@@ -50,8 +50,8 @@ from scipy import special
 
 __all__ = [
     "LAGS", "Atoms", "Base", "Bernoulli", "Detector", "Family", "GammaScale", "GaussMean",
-    "Multinomial", "Scores", "Update", "glr_scan", "location", "normal_scores", "spread",
-    "spread_sum", "strata",
+    "Multinomial", "Scores", "Update", "glr_scan", "location", "normal_scores",
+    "share_truths", "spread", "spread_sum", "strata",
 ]
 
 # Candidate change points, in windows back from the newest: a geometric grid loses little
@@ -211,8 +211,7 @@ class Bernoulli:
                repeat: int = 1) -> np.ndarray:
         p = np.full((draws, 1), self.p)
         if np.isfinite(self.n_ref):
-            events = self.p * self.n_ref
-            p = special.betaincinv(events + 0.5, self.n_ref - events + 0.5, strata(rng, draws))
+            p = share_truths(rng, self.p * self.n_ref, self.n_ref, self.sign > 0, draws)
         p = np.repeat(p, repeat, 0)
         return rng.binomial(n.astype(np.int64), p)[..., None].astype(np.float64)
 
@@ -263,6 +262,18 @@ def strata(rng: np.random.Generator, draws: int) -> np.ndarray:
     to 1 nat from seed to seed."""
     u = (np.arange(draws) + rng.random(draws)) / draws
     return np.clip(u, 1e-12, 1.0 - 1e-12)[:, None]  # no infinite quantile at 0
+
+
+def share_truths(rng: np.random.Generator, events: float, n_ref: float, rises: bool,
+                 draws: int) -> np.ndarray:
+    """(draws, 1) true shares behind `events` in `n_ref` traces, a stratum each of their
+    confidence law on the side a false alarm comes from: Beta(k + 1, n - k) for a rise
+    (a count's exact upper bounds), Beta(k, n - k + 1) for a drop (Jeffreys' prior let
+    rare shares page up to 1.5x their budget; benchmarks/RESULTS.md, "Rare shares")."""
+    a, b = (events + 1.0, n_ref - events) if rises else (events, n_ref - events + 1.0)
+    if a <= 0.0 or b <= 0.0:  # a bound: the share cannot move that way
+        return np.full((draws, 1), 0.0 if a <= 0.0 else 1.0)
+    return np.asarray(special.betaincinv(a, b, strata(rng, draws)))
 
 
 def location(n_ref: float, mean: float, var: float, sign: int,
@@ -333,13 +344,14 @@ def glr_scan(family: Family, n: np.ndarray, t: np.ndarray, lags: np.ndarray = LA
 class Update:
     """One detector's verdict after a window: the statistic, its threshold, and whether it
     alarmed. `since` is how many windows back the best change point lies (the estimate of
-    when the change happened); `status` is "ok", "alarm" or "insufficient_data"."""
+    when the change happened); `status` is "ok", "alarm", "insufficient_data" or (set by
+    `Drift`) "small_reference"."""
 
     statistic: float
     threshold: float
     alarm: bool
     since: int
-    status: Literal["ok", "alarm", "insufficient_data"]
+    status: Literal["ok", "alarm", "insufficient_data", "small_reference"]
 
 
 class Detector:

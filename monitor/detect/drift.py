@@ -41,7 +41,7 @@ from monitor.detect import detectors as det
 from monitor.detect.growth import Growth
 from monitor.detect.reference import Accumulator, Reference
 from monitor.detect.report import Alarm, DriftView, StreamKey, Verdict
-from monitor.detect.shares import LOG_ODDS, at_budget
+from monitor.detect.shares import LOG_ODDS, at_budget, small_reference
 from monitor.detect.streams import EXCLUDED_SIGNALS, distances, stream_specs, with_shape
 from monitor.detect.thresholds import arl0_windows, threshold
 from monitor.ingest.contract import Components
@@ -322,6 +322,8 @@ class Drift:
                 update = detector.update(n, t)
                 if not np.isfinite(update.threshold):
                     update = replace(update, status="insufficient_data")
+                elif update.status == "ok" and small_reference(detector.family):
+                    update = replace(update, status="small_reference")
                 latched = self._is_latched(key, window_start)
                 if update.alarm:
                     self.last_alarm[key] = window_start
@@ -361,7 +363,8 @@ class Drift:
             if detector is not None and detector.threshold != verdict.threshold:
                 verdict = replace(verdict, threshold=detector.threshold)  # calibrated since
                 if verdict.status == "insufficient_data" and np.isfinite(detector.threshold):
-                    verdict = replace(verdict, status="ok")  # armed; judged at its next window
+                    verdict = replace(verdict, status="small_reference" if small_reference(
+                        detector.family) else "ok")  # armed; judged at its next window
             verdicts[key] = verdict
         references = {r: ref for r, ref in self.references.items() if keep(r)}
         return DriftView(

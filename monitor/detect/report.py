@@ -26,7 +26,7 @@ class Verdict:
     statistic: float
     threshold: float
     alarm_active: bool
-    status: str  # ok, alarm, insufficient_data, recalibration_required
+    status: str  # ok, alarm, insufficient_data, small_reference, recalibration_required
     window_start: int
     since_windows: int = 0
     reference_value: float | None = None  # the watched quantity in the reference

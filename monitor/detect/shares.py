@@ -20,21 +20,28 @@ takes that bias at face value (ARL0 -30..-40% with growth in the benchmark, whos
 budget alarms in every other block).
 
 And the CUSUM watches only at short budgets (`at_budget`: up to `ODDS_BUDGET` windows
-between false alarms, as in the benchmark). Its threshold is priced by a bootstrap
-around the one reference it has, while the false alarms of many streams come from the
-few references that read their share far low (a one-sample statistic takes the reading
-at face value; the two-sample GLR weighs it by its uncertainty). Over every reference a
-true 2% share gives (2,000 traces, windows of 20), the CUSUM kept 1.07x / 1.18x its
-budget at 500 / 5,000 windows but 0.81x at 20,000, 0.59x at 50,000 and at most 0.15x at
-10^6, where the GLR kept 0.8-0.9x; priced right, its threshold there (28 nats at 10^6
-windows, the GLR's 13) waits as long as the GLR on 2% -> 4% and 2-3x longer on 2% -> 6%
-(benchmarks/RESULTS.md, session 25). The default budget (one false alarm a month per
-family) is 10^5-10^7 windows a stream: the GLR's.
+between false alarms, as in the benchmark). The false alarms of many streams come from
+the few references that read their share far low (a one-sample statistic takes the
+reading at face value; the two-sample GLR weighs it by its uncertainty). Priced over
+one reference's bootstrap, the CUSUM kept 1.07x / 1.18x its budget at 500 / 5,000
+windows on a 2% share but 0.59x at 50,000 and at most 0.15x at 10^6, where the GLR kept
+0.8-0.9x; priced right, its threshold there (28 nats at 10^6 windows, the GLR's 13)
+waits as long as the GLR on 2% -> 4% and 2-3x longer on 2% -> 6% (benchmarks/RESULTS.md,
+session 25). The default budget (one false alarm a month per family) is 10^5-10^7
+windows a stream: the GLR's.
 
-A degenerate reference (exactly 0% or 100%) is a bound, not an estimate: there is no
-bootstrap of a count that never varied, so it keeps the two-sample GLR too (its null
-draws the true share from the reference's posterior), and it gets no stream in the
-direction it cannot move.
+Both price their thresholds over the true shares a reference of its count could have
+come from, on the side a false alarm comes from (`detectors.share_truths`: the exact
+confidence bounds of a count). That holds the budget from references of a handful of
+events (0.3-2% shares, 6-40 events in 2,000 traces: 0.86-1.18x at 500-20,000 windows),
+where a bootstrap around the reading missed by 2-5x either way (session 30). Below
+about 3 events (`SMALL_REFERENCE`) it cannot: a 0.1% share's references hold 0-4 events,
+and those that saw none page a true 0.1% as a change; such streams are watched and say
+so (status `small_reference`).
+
+A degenerate reference (exactly 0% or 100%) is a bound, not an estimate: it keeps the
+two-sample GLR (its null draws the true share from the same confidence distribution),
+and it gets no stream in the direction it cannot move.
 
     >>> rate(2000, 40, 1)
     Odds(p=0.02, sign=1, n_ref=2000, log_odds=0.5596157879354227, width=1)
@@ -51,16 +58,17 @@ from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
-from monitor.detect.detectors import Base, Bernoulli, Family, strata
+from monitor.detect.detectors import Base, Bernoulli, Family, share_truths
 
-__all__ = ["LOG_ODDS", "ODDS_BUDGET", "ODDS_EVENTS", "Odds", "at_budget", "rate"]
+__all__ = ["LOG_ODDS", "ODDS_BUDGET", "ODDS_EVENTS", "SMALL_REFERENCE", "Odds", "at_budget", "rate",
+           "small_reference"]
 
 LOG_ODDS: Final = math.log(1.75)  # the default `share_odds_ratio`
 ODDS_EVENTS: Final = 200  # minority events of a reference from which the GLR watches it
-ODDS_MIN_EVENTS: Final = 1  # minority events below which the GLR watches it too
 ODDS_BUDGET: Final = 10_000  # windows between false alarms beyond which the GLR watches it
+SMALL_REFERENCE: Final = 3  # minority events below which a share's budget is not assured
 
 
 @dataclass(frozen=True)
@@ -68,10 +76,10 @@ class Odds:
     """A share's rise (`sign` +1) or drop (-1) by the odds ratio exp(`log_odds`): per
     candidate change point, the one-sample log-likelihood ratio of that alternative
     against the reference share `p` (half an event of smoothing), floored at 0 - a CUSUM
-    on the detector's change points. `sample` is a parametric bootstrap of the
-    reference: its count re-drawn from Binomial(n_ref, p) (stratified, on the minority
-    side), the true share moved by the ratio the re-drawn count is off, so a threshold
-    holds its budget averaged over the references a stream could have frozen."""
+    on the detector's change points. `sample` draws the true share from the reference
+    count's confidence distribution on the side a false alarm comes from
+    (`detectors.share_truths`), so a threshold holds its budget averaged over the shares
+    a reference of this count could have come from."""
 
     p: float
     sign: int = 1
@@ -90,9 +98,9 @@ class Odds:
     def sample(self, rng: np.random.Generator, n: np.ndarray, draws: int,
                repeat: int = 1) -> np.ndarray:
         q = np.full((draws, 1), min(self.p, 1.0 - self.p))
-        if math.isfinite(self.n_ref):
-            redrawn = stats.binom.ppf(strata(rng, draws), round(self.n_ref), q)
-            q = q * (q * self.n_ref + 0.5) / (redrawn + 0.5)
+        if math.isfinite(self.n_ref):  # the minority side rises where a share below 1/2 does
+            rises = (self.sign > 0) == (self.p <= 0.5)
+            q = share_truths(rng, float(q[0, 0]) * self.n_ref, self.n_ref, rises, draws)
         q = np.clip(np.repeat(q, repeat, 0), 0.0, 1.0)
         p = q if self.p <= 0.5 else 1.0 - q
         return rng.binomial(n.astype(np.int64), p)[..., None].astype(np.float64)
@@ -106,7 +114,7 @@ def rate(n_ref: float, events_ref: float, sign: int,
     share cannot move that way (a reference of 0% cannot drop, one of 100% cannot rise)."""
     if n_ref <= 0 or (sign < 0 and events_ref <= 0) or (sign > 0 and events_ref >= n_ref):
         return None
-    if ODDS_MIN_EVENTS <= min(events_ref, n_ref - events_ref) < ODDS_EVENTS:
+    if 1 <= min(events_ref, n_ref - events_ref) < ODDS_EVENTS:
         return Odds(events_ref / n_ref, sign, n_ref, log_odds)
     return Bernoulli(events_ref / n_ref, sign, n_ref)
 
@@ -118,3 +126,12 @@ def at_budget(family: Family, budget: float) -> Family:
     if isinstance(family, Odds) and budget > ODDS_BUDGET:
         return Bernoulli(family.p, family.sign, family.n_ref)
     return family
+
+
+def small_reference(family: Family) -> bool:
+    """Whether `family` watches a share whose reference holds fewer than SMALL_REFERENCE
+    events of its minority side: watched, but a rare true share can page it more often
+    than budgeted (benchmarks/RESULTS.md, "Rare shares")."""
+    if not isinstance(family, Odds | Bernoulli) or not math.isfinite(family.n_ref):
+        return False
+    return min(family.p, 1.0 - family.p) * family.n_ref < SMALL_REFERENCE - 1e-9

@@ -215,7 +215,8 @@ DRIFT_WINDOW_VALUE: Final = Family(
 DRIFT_STREAMS: Final = Family(
     "ragmon_drift_streams", "gauge", "Drift streams of a release by status: ok (armed, "
     "quiet), alarm, insufficient_data (no usable reference or threshold yet), "
-    "recalibration_required.", ("release", "status"))
+    "small_reference (a share whose reference holds under 3 events of its rare side: "
+    "watched, its false-alarm budget not assured), recalibration_required.", ("release", "status"))
 DRIFT_DISTANCE: Final = Family(
     "ragmon_drift_distance", "gauge", "Latest window vs reference distribution of a signal "
     "(explanation, not the alarm): ks, psi, wasserstein.",
