@@ -101,9 +101,10 @@ def test_ship_copies_this_versions_calibrations_and_drops_stale_ones(tmp_path, m
     thresholds._save(cache / thresholds.key_name(*KEY), curve, KEY)
     thresholds._save(cache / "renamed.npz", curve, other)  # its name is not its key's
     np.savez(cache / "c.npz", hs=[1.0], log_arls=[1.0])  # from before versions were saved
-    monkeypatch.setattr(thresholds, "CALIBRATION_VERSION", 0)
+    current = thresholds.CALIBRATION_VERSION
+    monkeypatch.setattr(thresholds, "CALIBRATION_VERSION", current - 1)
     thresholds._save(shipped / thresholds.key_name(*other), curve, other)  # older version
-    monkeypatch.setattr(thresholds, "CALIBRATION_VERSION", 1)
+    monkeypatch.setattr(thresholds, "CALIBRATION_VERSION", current)
     assert thresholds.ship(cache) == (1, 1)
     assert sorted(p.name for p in shipped.iterdir()) == [thresholds.key_name(*KEY)]
 

@@ -33,7 +33,7 @@ windows a stream: the GLR's.
 Both price their thresholds over the true shares a reference of its count could have
 come from, on the side a false alarm comes from (`detectors.share_truths`: the exact
 confidence bounds of a count). That holds the budget from references of a handful of
-events (0.3-2% shares, 6-40 events in 2,000 traces: 0.86-1.18x at 500-20,000 windows),
+events (0.3-2% shares, 6-40 events in 2,000 traces: 0.72-1.18x at 500-20,000 windows),
 where a bootstrap around the reading missed by 2-5x either way (session 30). Below
 about 3 events (`SMALL_REFERENCE`) it cannot: a 0.1% share's references hold 0-4 events,
 and those that saw none page a true 0.1% as a change; such streams are watched and say
