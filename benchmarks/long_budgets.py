@@ -9,7 +9,7 @@ ARL0 = 1 / (rate averaged over k by its probability). Counts whose streams raise
 alarm read as rate 0, so a figure beyond what the streams can show is an upper bound.
 
     python benchmarks/long_budgets.py [--family odds|glr] [--share 0.02] [--window 20]
-        [--budgets 5e3,5e4,1e5,1e6,1e7] [--streams 40] [--steps 10000]
+        [--budgets 5e3,5e4,1e5,1e6,1e7] [--direction up|down] [--streams 40] [--steps 10000]
 
 The demo's production budget (one false alarm per family per week, windows of 10 s):
 48 critical_claim_unsupported streams (2 releases x 24 cells) -> 2.9e6 windows a stream,
@@ -42,15 +42,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, default=40)
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--budgets", default=BUDGETS, help="ARL0 budgets, in windows")
+    parser.add_argument("--direction", choices=("up", "down"), default="up",
+                        help="watch the share for a rise or a drop (coverage up)")
     args = parser.parse_args(argv)
     budgets = [float(b) for b in args.budgets.split(",")]
     rng = np.random.default_rng(args.seed)
-    low = max(1 if args.family == "odds" else 0, int(stats.binom.ppf(1e-9, REF, args.share)))
+    sign = 1 if args.direction == "up" else -1
+    # A count of 0 is the GLR's degenerate reference; it cannot drop.
+    fewest = 0 if args.family == "glr" and sign > 0 else 1
+    low = max(fewest, int(stats.binom.ppf(1e-9, REF, args.share)))
     counts = np.arange(low, int(stats.binom.ppf(1 - 1e-9, REF, args.share)) + 1)
     total, alarms = np.zeros(len(budgets)), np.zeros(len(budgets), np.int64)
     for k in counts:
-        family: det.Family = (shares.Odds(k / REF, 1, REF) if args.family == "odds"
-                              else det.Bernoulli(k / REF, 1, REF))
+        family: det.Family = (shares.Odds(k / REF, sign, REF) if args.family == "odds"
+                              else det.Bernoulli(k / REF, sign, REF))
         t = rng.binomial(args.window, args.share, (args.streams, args.steps))
         n = np.full(args.steps, float(args.window))
         peaks = np.maximum.accumulate(det.glr_scan(family, n, t[..., None].astype(float)), 1)
@@ -60,8 +65,8 @@ def main(argv: list[str] | None = None) -> int:
             alarms[j] += alarmed
     for budget, rate, seen in zip(budgets, total, alarms, strict=True):
         arl0 = 1.0 / max(rate, 1e-300)
-        print(f"{args.family} share {args.share} B={budget:8.2e}  ARL0 <= {arl0:10.3g}  "
-              f"x{arl0 / budget:6.3f}  ({seen} alarms)")
+        print(f"{args.family} share {args.share} {args.direction} B={budget:8.2e}  "
+              f"ARL0 <= {arl0:10.3g}  x{arl0 / budget:6.3f}  ({seen} alarms)")
     return 0
 
 
