@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from steady import RELEASE, frozen_reference
 
 from monitor.aggregate.layout import from_settings
 from monitor.cli import main
@@ -283,16 +284,9 @@ def test_a_calibration_pass_arms_every_stream_with_its_own_shape():
     threshold of its own family (shape included) once it returns."""
     settings = load(slice_dimensions="language")  # few slices: few shapes to simulate
     layout = from_settings(settings)
-    from monitor.aggregate.pipeline import Pipeline
-
-    sim = Simulator(seed=2, scenario="steady", rate=20.0, releases=("2026.11.3",))
-    acc = Accumulator("2026.11.3", layout)
-    for window in range(20):  # windows of 100 traces: small slices carry their shape
-        pipeline = Pipeline(settings)
-        pipeline.feed(sim.traces(100))
-        acc.add(window * 10, pipeline.merged(), set())
+    sim = Simulator(seed=2, scenario="steady", rate=20.0, releases=(RELEASE,))
     drift = Drift(layout, DriftConfig(window_seconds=10.0), calibrate_inline=False)
-    drift.install(acc.freeze(0.0))
+    drift.install(frozen_reference(settings, layout, sim))
     shaped = [k for k, d in drift.detectors.items() if getattr(d.family, "atoms", None)]
     assert shaped and not drift.calibrated
     drift.calibrate()

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from steady import RELEASE, frozen_reference
 
 from monitor.aggregate.layout import from_settings
 from monitor.aggregate.table import Cell
@@ -14,6 +15,7 @@ from monitor.detect import shares
 from monitor.detect.drift import Drift, DriftConfig
 from monitor.detect.thresholds import calibration_key, run_lengths, threshold
 from monitor.settings import load
+from monitor.simulate import Simulator
 
 
 @pytest.mark.parametrize(("n_ref", "events", "sign", "family"), [
@@ -89,19 +91,10 @@ def test_a_young_share_is_watched_by_the_glr_at_a_long_budget():
     # The CUSUM's false alarms run over budget beyond ODDS_BUDGET windows (it takes a
     # reference that reads low at face value): the worker's default budget (a month per
     # family) watches a young share with the two-sample GLR, a short one with the CUSUM.
-    from monitor.aggregate.pipeline import Pipeline
-    from monitor.detect.reference import Accumulator
-    from monitor.simulate import Simulator
-
     settings = load(slice_dimensions="language")
     layout = from_settings(settings)
-    sim = Simulator(seed=3, scenario="steady", rate=20.0, releases=("2026.11.3",))
-    acc = Accumulator("2026.11.3", layout)
-    for window in range(20):
-        pipeline = Pipeline(settings)
-        pipeline.feed(sim.traces(100))
-        acc.add(window * 10, pipeline.merged(), set())
-    reference = acc.freeze(0.0)
+    reference = frozen_reference(settings, layout, Simulator(
+        seed=3, scenario="steady", rate=20.0, releases=(RELEASE,)))
 
     def watching(config: DriftConfig) -> set[type]:
         drift = Drift(layout, config, calibrate_inline=False)
@@ -160,24 +153,17 @@ def test_a_reference_of_few_events_says_so(n_ref, events, sign, small):
 
 def test_streams_of_small_references_are_watched_and_say_so():
     from monitor.aggregate.pipeline import Pipeline
-    from monitor.detect.reference import Accumulator
-    from monitor.simulate import Simulator
 
     settings = load(slice_dimensions="fact_type")  # a slice with 2 verbatim failures
     layout = from_settings(settings)
-    sim = Simulator(seed=3, scenario="steady", rate=20.0, releases=("2026.11.3",))
-    acc = Accumulator("2026.11.3", layout)
-    for window in range(20):
-        pipeline = Pipeline(settings)
-        pipeline.feed(sim.traces(100))
-        acc.add(window * 10, pipeline.merged(), set())
+    sim = Simulator(seed=3, scenario="steady", rate=20.0, releases=(RELEASE,))
     drift = Drift(layout, DriftConfig(window_seconds=10.0, arl0_traces=20_000.0),
                   calibrate_inline=False)
-    drift.install(acc.freeze(0.0))
+    drift.install(frozen_reference(settings, layout, sim))
     drift.calibrate()
     pipeline = Pipeline(settings)
     pipeline.feed(sim.traces(100))
-    drift.observe(200, pipeline.merged(), {"2026.11.3": set()}, 0.0)
+    drift.observe(200, pipeline.merged(), {RELEASE: set()}, 0.0)
     verdicts = drift.view().verdicts
     statuses = {}
     for key, verdict in verdicts.items():

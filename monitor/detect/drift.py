@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -322,8 +322,8 @@ class Drift:
                 update = detector.update(n, t)
                 if not np.isfinite(update.threshold):
                     update = replace(update, status="insufficient_data")
-                elif update.status == "ok" and small_reference(detector.family):
-                    update = replace(update, status="small_reference")
+                elif update.status == "ok":
+                    update = replace(update, status=_quiet(detector.family))
                 latched = self._is_latched(key, window_start)
                 if update.alarm:
                     self.last_alarm[key] = window_start
@@ -363,8 +363,8 @@ class Drift:
             if detector is not None and detector.threshold != verdict.threshold:
                 verdict = replace(verdict, threshold=detector.threshold)  # calibrated since
                 if verdict.status == "insufficient_data" and np.isfinite(detector.threshold):
-                    verdict = replace(verdict, status="small_reference" if small_reference(
-                        detector.family) else "ok")  # armed; judged at its next window
+                    # armed; judged at its next window
+                    verdict = replace(verdict, status=_quiet(detector.family))
             verdicts[key] = verdict
         references = {r: ref for r, ref in self.references.items() if keep(r)}
         return DriftView(
@@ -376,3 +376,9 @@ class Drift:
             {r: list(self.stale.get(r, [])) for r in releases if self.recalibration_required(r)},
             {k: dict(v) for k, v in self.distances.items() if keep(k[0])},
         )
+
+
+def _quiet(family: det.Family) -> Literal["ok", "small_reference"]:
+    """The status of an armed stream without an alarm: `small_reference` where its share's
+    reference is too small for its budget to be assured (`shares.small_reference`)."""
+    return "small_reference" if small_reference(family) else "ok"

@@ -97,10 +97,11 @@ class Odds:
 
     def sample(self, rng: np.random.Generator, n: np.ndarray, draws: int,
                repeat: int = 1) -> np.ndarray:
-        q = np.full((draws, 1), min(self.p, 1.0 - self.p))
+        minority = min(self.p, 1.0 - self.p)
+        q = np.full((draws, 1), minority)
         if math.isfinite(self.n_ref):  # the minority side rises where a share below 1/2 does
             rises = (self.sign > 0) == (self.p <= 0.5)
-            q = share_truths(rng, float(q[0, 0]) * self.n_ref, self.n_ref, rises, draws)
+            q = share_truths(rng, minority * self.n_ref, self.n_ref, rises, draws)
         q = np.clip(np.repeat(q, repeat, 0), 0.0, 1.0)
         p = q if self.p <= 0.5 else 1.0 - q
         return rng.binomial(n.astype(np.int64), p)[..., None].astype(np.float64)
