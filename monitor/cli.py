@@ -26,10 +26,10 @@ from monitor.settings import SettingsError, load
 from monitor.simulate import SCENARIOS, Simulator
 from monitor.worker.connection import ConnectionProblem, TopicProblem
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
+    parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()
@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """Every command and option of `ragmon` (the docs' command reference is its help)."""
     parser = argparse.ArgumentParser(
         prog="ragmon", description="Production monitor for RAG answer/abstain decisions.")
     parser.add_argument("--config", help=CONFIG_HELP)

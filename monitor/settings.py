@@ -10,12 +10,9 @@ import json
 import os
 import re
 import sys
-import tomllib
-from difflib import get_close_matches
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AliasChoices,
     BaseModel,
@@ -30,15 +27,21 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from pydantic_settings import SettingsError as _EnvError
 
 from monitor.ingest.contract import KNOWN_REASONS
+from monitor.settings_files import (
+    SECRETS,
+    SettingsError,
+    problem,
+    read_file,
+    read_secret,
+    warnings_of,
+    yaml_problem,
+)
 
-__all__ = ["Settings", "SettingsError", "SignalRange", "load", "yaml_problem"]
+__all__ = ["KNOWN_REASONS", "Settings", "SettingsError", "SignalRange", "load", "warnings_of",
+           "yaml_problem"]
 
 _DIMENSION = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 DEFAULT_DIMENSIONS = ("language", "fact_type", "source", "risk", "doc_version", "query_length")
-
-
-class SettingsError(ValueError):
-    """Configuration that cannot work; the message names the setting and its value."""
 
 
 class SignalRange(BaseModel):
@@ -60,166 +63,260 @@ _UNIT = SignalRange()
 
 
 class Settings(BaseSettings):
-    """Everything configurable about ragmon; see README for each setting."""
+    """Everything configurable about ragmon. Each field's `description` is its documentation
+    (the docs' settings reference is generated from it)."""
 
     model_config = SettingsConfigDict(env_prefix="RAGMON_", frozen=True, extra="forbid")
 
-    max_message_bytes: int = Field(default=256 * 1024, ge=1024, le=16 * 1024 * 1024)
-    window_seconds: int = Field(default=60, ge=1, le=86_400)
-    allowed_lateness_seconds: int = Field(default=600, ge=0, le=30 * 86_400)
-    # A trace dated more than this after the ingest clock (the worker's wall clock; for
-    # replay and backtest the file's own robust time) is rejected as future_timestamp.
-    max_future_seconds: int = Field(default=300, ge=0, le=30 * 86_400)
-    # How long (event time) a trace id is remembered: for duplicates and for label joins.
-    trace_retention_seconds: int = Field(default=86_400, ge=0)
-    trace_retention_max: int = Field(default=1_000_000, ge=1_000)
-    # How long a label or feedback event waits for its trace before it expires (counted).
-    pending_retention_seconds: int = Field(default=7 * 86_400, ge=0)
-    pending_max: int = Field(default=1_000_000, ge=1_000)
+    # Input: what a message may be, and event time.
+    max_message_bytes: int = Field(
+        default=256 * 1024, ge=1024, le=16 * 1024 * 1024,
+        description="Larger decision, label and feedback messages are rejected `too_large`.")
+    window_seconds: int = Field(default=60, ge=1, le=86_400,
+                                description="Event-time window size.")
+    allowed_lateness_seconds: int = Field(
+        default=600, ge=0, le=30 * 86_400,
+        description="How far behind the newest trace a trace may be and still fold; "
+                    "later ones are `late`.")
+    max_future_seconds: int = Field(
+        default=300, ge=0, le=30 * 86_400,
+        description="How far ahead of the reference clock (the worker's wall clock; for "
+                    "`replay` and `backtest` the file's own robust time) a trace may be "
+                    "dated; beyond it: `future_timestamp`.")
+    trace_retention_seconds: int = Field(
+        default=86_400, ge=0,
+        description="How long (event time) a trace id is remembered, for de-duplication "
+                    "and label joins.")
+    trace_retention_max: int = Field(
+        default=1_000_000, ge=1_000,
+        description="At most this many trace ids remembered per partition.")
+    pending_retention_seconds: int = Field(
+        default=7 * 86_400, ge=0,
+        description="How long (event time) a label or feedback event waits for its trace "
+                    "before it expires (counted).")
+    pending_max: int = Field(default=1_000_000, ge=1_000,
+                             description="At most this many label and feedback events wait.")
     # NoDecode: env values are "a,b,c" (split below), not JSON.
-    slice_dimensions: Annotated[tuple[str, ...], NoDecode] = DEFAULT_DIMENSIONS
-    slice_values_max: int = Field(default=50, ge=1, le=10_000)
-    releases_max: int = Field(default=20, ge=1, le=1_000)
-    # An admitted release or slice value without traffic for this long (event time)
-    # leaves the admitted set, making room for a new one (ingest/slices.py).
-    release_idle_seconds: float = Field(default=86_400.0, gt=0)
-    reasons: Annotated[tuple[str, ...], NoDecode] = KNOWN_REASONS
-    missing_ids_max: int = Field(default=50, ge=1, le=10_000)
-    # Kafka: where traces come from and where dead letters go.
-    bootstrap_servers: str = "127.0.0.1:9092"
-    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
-    # Every secret can come from a file instead (a Kubernetes Secret volume, a Docker
-    # secret, a Vault agent's file): read once at start, a trailing newline dropped,
-    # never printed. Setting both the value and its file is an error.
-    sasl_password_file: str | None = None
-    ssl_cafile: str | None = None
-    # Mutual TLS: the client's certificate (PEM, chain allowed) and its private key.
-    ssl_certfile: str | None = None
-    ssl_keyfile: str | None = None
-    # The password of an encrypted `ssl_keyfile`.
-    ssl_password: SecretStr | None = None
-    ssl_password_file: str | None = None
-    # Consumer group timing. Apache Kafka refuses sessions below its
-    # group.min.session.timeout.ms (6 s by default, also on managed services); the
-    # embedded broker admits a member only after about half the session timeout, so the
-    # demo asks for 4 s there.
-    session_timeout_seconds: float = Field(default=10.0, ge=1, le=1800)
-    heartbeat_interval_seconds: float = Field(default=3.0, gt=0, le=600)
-    # How long a command waits for the broker on start before it says it cannot connect.
-    connect_timeout_seconds: float = Field(default=20.0, gt=0, le=600)
-    # Describe and repair topic configurations (compaction, message size) on start. The
-    # embedded broker implements neither DescribeConfigs nor compaction: the demo turns it off.
-    check_topic_configs: bool = True
-    # After SIGTERM/SIGINT the worker stops Faust gracefully for at most this long, then
-    # exits anyway (checkpoints make an abandoned batch exact: it was not acknowledged).
-    shutdown_seconds: float = Field(default=8.0, gt=0, le=300)
-    topic_decisions: str = "rag.decisions"
-    topic_labels: str = "rag.labels"
-    topic_feedback: str = "rag.feedback"
-    topic_dlq: str = "rag.decisions.dlq"
-    # Per-partition checkpoints of the worker's state (compacted in a real Kafka).
-    topic_state: str = "ragmon.state"
-    # Compacted: each batch's first sightings (the de-duplication horizon, checkpointed).
-    topic_seen: str = "ragmon.seen"
-    # Largest record the worker writes to its own topics (a partition's checkpoint, a
-    # de-duplication segment, a reference profile): ragmon creates those topics with
-    # this `max.message.bytes` and its producer allows it. A 6-dimension checkpoint
-    # measured ~0.7 MB in steady traffic, plus every label still waiting for its trace:
-    # Kafka's 1 MB default stalled a worker that fell minutes behind.
-    state_max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024 * 1024,
-                                 le=512 * 1024 * 1024)
-    partitions: int = Field(default=4, ge=1, le=1024)
-    app_id: str = Field(default="ragmon", pattern=r"^[A-Za-z0-9._-]{1,64}$")
-    # A batch is the records of whole fetches (monitor/worker/batches.py), gathered until
-    # `batch_size` records or `batch_seconds` after the first: folded, then its seen
-    # segments and checkpoints are delivered before it is acknowledged, while the next
-    # batch is gathered. Each batch costs a checkpoint per partition it touches: 10,000
-    # read a backlog at 33.9k traces/s where 4,000 read 25.2k (benchmarks/RESULTS.md);
-    # at low rates a batch closes after `batch_seconds`, so latency does not change.
-    batch_size: int = Field(default=10_000, ge=1, le=100_000)
-    batch_seconds: float = Field(default=0.5, gt=0, le=60)
-    # Decisions waiting in owned partitions and no batch for this long: the worker
-    # restarts itself in place (monitor/worker/stall.py). 0 disables the watchdog.
-    stall_seconds: float = Field(default=60.0, ge=0)
-    # Prometheus endpoint of this worker, and the ceiling on the series it exports.
-    metrics_host: str = "127.0.0.1"
-    metrics_port: int = Field(default=9464, ge=0, le=65_535)
-    series_budget: int = Field(default=20_000, ge=100, le=1_000_000)
-    # TLS, client certificates and basic auth on the metrics endpoint: a web configuration
-    # file in the Prometheus exporter-toolkit format (monitor/export/webconfig.py); unset:
-    # plain HTTP, no auth.
-    web_config_file: str | None = None
-    # Connections the endpoint keeps open (past it, the one waiting longest for a request
-    # is closed), and how long a request's headers or a TLS handshake may take.
-    metrics_max_connections: int = Field(default=128, ge=4, le=10_000)
-    metrics_header_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
-    # lean: slices export what the dashboards and alert rules read per slice (about 850
-    # series per release of the demo's traffic); full: every family for every cell.
-    metrics_detail: Literal["lean", "full"] = "lean"
-    # The page process renders a new page at most this often while it is scraped
-    # (monitor/export/pages.py), and less often if a render takes over a tenth of it.
-    metrics_refresh_seconds: float = Field(default=1.0, ge=0.1, le=300)
+    slice_dimensions: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=DEFAULT_DIMENSIONS,
+        description="The slice dimensions kept (names `[A-Za-z0-9_.-]{1,64}`, at most 16; "
+                    "`a,b,c` or a JSON list in the environment).")
+    slice_values_max: int = Field(
+        default=50, ge=1, le=10_000,
+        description="Distinct values admitted per dimension; the rest count as `other` "
+                    "(which ones follows recent traffic).")
+    releases_max: int = Field(
+        default=20, ge=1, le=1_000,
+        description="Distinct releases admitted; the rest count as `other`.")
+    release_idle_seconds: float = Field(
+        default=86_400.0, gt=0,
+        description="An admitted release or slice value without traffic for this long "
+                    "(event time) leaves the admitted set, making room for a new one.")
+    reasons: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=KNOWN_REASONS,
+        description="Reason codes with their own bucket; others count as `other`.")
+    missing_ids_max: int = Field(
+        default=50, ge=1, le=10_000,
+        description="Distinct missing-requirement ids tracked; the rest count as `other`.")
+    slice_values_allowed: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Per slice dimension, the only values it may take (settings file "
+                    "only); others count as `other`. For dimensions whose values a "
+                    "producer should not be able to invent.")
+    signals: dict[str, SignalRange] = Field(
+        default_factory=lambda: {"top_score": _UNIT, "query_coverage": _UNIT,
+                                 "supported_claim_ratio": _UNIT, "critical_support": _UNIT},
+        description="Histogram range per continuous signal, `{\"name\": {\"lo\": 0, \"hi\": "
+                    "1, \"bins\": 50}}` (settings file only).")
+    # Kafka: connection and security, the same for every client ragmon runs.
+    bootstrap_servers: str = Field(default="127.0.0.1:9092",
+                                   description="Kafka bootstrap servers, comma-separated.")
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT", description="Kafka security protocol.")
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+        default=None, description="SASL mechanism (with a `SASL_*` protocol).")
+    sasl_username: str | None = Field(default=None, description="SASL user name.")
+    sasl_password: SecretStr | None = Field(default=None, description="SASL password.")
+    sasl_password_file: str | None = Field(
+        default=None,
+        description="Read `sasl_password` from this file instead (a Kubernetes Secret "
+                    "volume, a Docker secret): read once at start, the trailing newline "
+                    "dropped. Setting a secret and its file is an error.")
+    ssl_cafile: str | None = Field(
+        default=None, description="CA certificates (PEM) to trust the broker by; omit for "
+                                  "a public CA.")
+    ssl_certfile: str | None = Field(
+        default=None, description="Mutual TLS: the client's certificate (PEM, chain allowed).")
+    ssl_keyfile: str | None = Field(default=None,
+                                    description="Mutual TLS: the client's private key (PEM).")
+    ssl_password: SecretStr | None = Field(
+        default=None, description="The password of an encrypted `ssl_keyfile`.")
+    ssl_password_file: str | None = Field(default=None, description="`ssl_password`'s file.")
+    # Apache Kafka refuses sessions below its group.min.session.timeout.ms (6 s by default,
+    # also on managed services); the embedded broker admits a member only after about half
+    # the session timeout, so the demo asks for 4 s there.
+    session_timeout_seconds: float = Field(
+        default=10.0, ge=1, le=1800,
+        description="Consumer group session timeout (Kafka refuses sessions under its "
+                    "`group.min.session.timeout.ms`, 6 s by default).")
+    heartbeat_interval_seconds: float = Field(
+        default=3.0, gt=0, le=600,
+        description="Consumer group heartbeat; below `session_timeout_seconds`.")
+    connect_timeout_seconds: float = Field(
+        default=20.0, gt=0, le=600,
+        description="A command that cannot reach or authenticate to the broker says so in "
+                    "one line within this time and exits 1.")
+    check_topic_configs: bool = Field(
+        default=True,
+        description="Describe and repair topic configurations (compaction, message size) "
+                    "on start; off for the embedded broker, which implements neither.")
+    shutdown_seconds: float = Field(
+        default=8.0, gt=0, le=300,
+        description="After SIGTERM/SIGINT the worker stops cleanly for at most this long, "
+                    "then exits anyway (checkpoints keep counts exact).")
+    # Topics.
+    topic_decisions: str = Field(default="rag.decisions", description="Decision traces.")
+    topic_labels: str = Field(default="rag.labels", description="Labels.")
+    topic_feedback: str = Field(default="rag.feedback", description="User feedback.")
+    topic_dlq: str = Field(default="rag.decisions.dlq",
+                           description="Dead letters: rejected messages, without content.")
+    topic_state: str = Field(
+        default="ragmon.state",
+        description="Per-partition checkpoints of the worker's state (compacted).")
+    topic_seen: str = Field(
+        default="ragmon.seen",
+        description="Each batch's first sightings: the de-duplication horizon, "
+                    "checkpointed (compacted).")
+    topic_references: str = Field(
+        default="ragmon.references",
+        description="Reference profiles of releases (compacted, one partition).")
+    # A 6-dimension checkpoint measured ~0.7 MB in steady traffic, plus every label still
+    # waiting for its trace: Kafka's 1 MB default stalled a worker that fell minutes behind.
+    state_max_bytes: int = Field(
+        default=16 * 1024 * 1024, ge=1024 * 1024, le=512 * 1024 * 1024,
+        description="Largest checkpoint, segment or reference the worker writes; its topics "
+                    "are created with this `max.message.bytes` (raise it on topics created "
+                    "before).")
+    partitions: int = Field(
+        default=4, ge=1, le=1024,
+        description="Partitions of the topics ragmon creates; caps how many workers fold "
+                    "at once.")
+    app_id: str = Field(default="ragmon", pattern=r"^[A-Za-z0-9._-]{1,64}$",
+                        description="Consumer group of the workers.")
+    # Each batch costs a checkpoint per partition it touches: 10,000 read a backlog at
+    # 33.9k traces/s where 4,000 read 25.2k (benchmarks/RESULTS.md); at low rates a batch
+    # closes after `batch_seconds`, so latency does not change.
+    batch_size: int = Field(
+        default=10_000, ge=1, le=100_000,
+        description="A batch (the records of whole fetches) closes at this many records; "
+                    "also the most records one fetch returns.")
+    batch_seconds: float = Field(
+        default=0.5, gt=0, le=60,
+        description="... or this long after its first record.")
+    stall_seconds: float = Field(
+        default=60.0, ge=0,
+        description="Decisions waiting in owned partitions and no batch for this long: the "
+                    "worker restarts itself in place (0: never).")
+    # The metrics endpoint.
+    metrics_host: str = Field(default="127.0.0.1",
+                              description="Address of the Prometheus endpoint.")
+    metrics_port: int = Field(
+        default=9464, ge=0, le=65_535,
+        description="Port of the Prometheus endpoint (`/metrics`, `/healthz`, `/readyz`).")
+    series_budget: int = Field(
+        default=20_000, ge=100, le=1_000_000,
+        description="Ceiling of exported series; slice cells beyond it are left out and "
+                    "counted.")
+    web_config_file: str | None = Field(
+        default=None,
+        description="TLS, client certificates and basic auth of the endpoint, in the "
+                    "Prometheus exporter-toolkit format (`ragmon worker --web-config-file`; "
+                    "see Security); unset: plain HTTP.")
+    metrics_max_connections: int = Field(
+        default=128, ge=4, le=10_000,
+        description="Open connections to the endpoint; past it, the one waiting longest "
+                    "for a request is closed.")
+    metrics_header_timeout_seconds: float = Field(
+        default=10.0, gt=0, le=300,
+        description="How long a request's headers or TLS handshake may take.")
+    metrics_detail: Literal["lean", "full"] = Field(
+        default="lean",
+        description="`lean`: a slice exports only what the dashboards and alert rules read "
+                    "per slice; `full`: every family for every cell.")
+    metrics_refresh_seconds: float = Field(
+        default=1.0, ge=0.1, le=300,
+        description="While scraped, the page process renders a new page at most this "
+                    "often (and less often if a render takes over a tenth of it).")
     # Drift detection: reference profiles and false-alarm budgets.
-    reference_traces: int = Field(default=2_000, ge=100)
-    # After the freeze a reference keeps growing from alarm-free traffic up to this many
-    # traces (monitor/detect/growth.py); set it to reference_traces to keep references frozen.
-    reference_max_traces: int = Field(default=20_000, ge=0)
-    min_reference_traces: int = Field(default=200, ge=10)
-    # The change of a share its detector is tuned to while the share's reference holds few
-    # events, as an odds ratio (1.75: 2% -> 3.5%); smaller and larger changes are caught
-    # too, a little later than by a detector tuned to each (monitor/detect/shares.py).
-    share_odds_ratio: float = Field(default=1.75, gt=1.0, le=20.0)
-    false_alarm_days: float = Field(default=30.0, gt=0)
-    false_alarm_days_by_family: dict[str, float] = Field(default_factory=dict)
-    # Per slice dimension, the only values it may take (file only); others become
-    # `other`. For dimensions whose values a producer should not be able to invent.
-    slice_values_allowed: dict[str, list[str]] = Field(default_factory=dict)
-    alarm_hold_windows: int = Field(default=30, ge=1)
-    topic_references: str = "ragmon.references"
-    # The `otlp` intake (docs/otlp.md): the
-    # topic the Collector's Kafka exporter writes (its default is `otlp_spans`); unset =
-    # off. Spans are re-keyed by trace id into `topic_spans` (so a trace's spans meet
-    # whatever partitioner the exporter used), gathered per trace, and each trace with a
-    # `rag.decision` is produced to `topic_decisions` as one decision message.
-    otlp_topic: str | None = None
-    topic_spans: str = "ragmon.spans"
-    # The exporter's default `max_message_bytes`: a limit of its own.
-    otlp_max_message_bytes: int = Field(default=1_000_000, ge=1024, le=64 * 1024 * 1024)
-    # A trace is assembled once its decision and root spans are in and this long has
-    # passed (on the spans' own clock) since its newest span ended...
-    otlp_grace_seconds: float = Field(default=2.0, ge=0, le=600)
-    # ... or, when they never both arrive, this long after it was first seen.
-    otlp_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
-    # Traces waiting per spans partition (the oldest is evicted beyond it, counted), and
-    # spans kept per trace (those a decision can use; more are counted, not kept).
-    otlp_pending_max: int = Field(default=20_000, ge=10, le=10_000_000)
-    otlp_spans_per_trace_max: int = Field(default=256, ge=2, le=100_000)
-    # Self-tracing: the standard OpenTelemetry switch (the SDK reads OTEL_EXPORTER_OTLP_*).
+    reference_traces: int = Field(
+        default=2_000, ge=100,
+        description="Traces of a release that freeze its reference automatically.")
+    reference_max_traces: int = Field(
+        default=20_000, ge=0,
+        description="A reference grows from alarm-free traffic after its freeze up to this "
+                    "many traces (`reference_traces`: no growth).")
+    min_reference_traces: int = Field(
+        default=200, ge=10,
+        description="A stream whose reference denominator is below this is not judged.")
+    share_odds_ratio: float = Field(
+        default=1.75, gt=1.0, le=20.0,
+        description="The change, as an odds ratio (1.75: 2% -> 3.5%), that a share's "
+                    "detector is tuned to while its reference holds fewer than 200 events "
+                    "and its budget is at most 10,000 windows; smaller and larger changes "
+                    "are caught too.")
+    false_alarm_days: float = Field(
+        default=30.0, gt=0,
+        description="One false alarm per family (signal) per this many days.")
+    false_alarm_days_by_family: dict[str, float] = Field(
+        default_factory=dict, description="Per-family overrides of `false_alarm_days` "
+                                          "(settings file).")
+    alarm_hold_windows: int = Field(default=30, ge=1, description="A stream stays in alarm this "
+                                    "many windows after its last alarm.")
+    # The `otlp` intake (docs/otlp.md).
+    otlp_topic: str | None = Field(
+        default=None,
+        description="The topic the OpenTelemetry Collector's Kafka exporter writes (its "
+                    "default is `otlp_spans`); unset: the otlp intake is off.")
+    topic_spans: str = Field(
+        default="ragmon.spans",
+        description="ragmon's topic of spans re-keyed by trace id, so a trace's spans meet "
+                    "whatever partitioner the exporter used.")
+    otlp_max_message_bytes: int = Field(
+        default=1_000_000, ge=1024, le=64 * 1024 * 1024,
+        description="Larger OTLP messages are rejected `too_large` (the exporter's default "
+                    "`max_message_bytes`).")
+    otlp_grace_seconds: float = Field(
+        default=2.0, ge=0, le=600,
+        description="A trace is assembled once its decision and root spans are in and this "
+                    "long has passed (the spans' own clock) since its newest span ended.")
+    otlp_timeout_seconds: float = Field(
+        default=30.0, gt=0, le=3600,
+        description="... or, when they never both arrive, this long after it was first "
+                    "seen (assembled as incomplete).")
+    otlp_pending_max: int = Field(
+        default=20_000, ge=10, le=10_000_000,
+        description="Traces waiting per spans partition; the oldest is evicted beyond it "
+                    "(counted).")
+    otlp_spans_per_trace_max: int = Field(
+        default=256, ge=2, le=100_000,
+        description="Spans kept per trace (those a decision can use; more are counted, not "
+                    "kept).")
     otel_traces_exporter: str | None = Field(
         default=None, validation_alias=AliasChoices("otel_traces_exporter",
-                                                    "OTEL_TRACES_EXPORTER"))
-    signals: dict[str, SignalRange] = Field(
-        default_factory=lambda: {
-            "top_score": _UNIT,
-            "query_coverage": _UNIT,
-            "supported_claim_ratio": _UNIT,
-            "critical_support": _UNIT,
-        }
-    )
+                                                    "OTEL_TRACES_EXPORTER"),
+        description="Self-tracing: `otlp` traces the worker's own batches (the standard "
+                    "`OTEL_TRACES_EXPORTER`; the SDK reads `OTEL_EXPORTER_OTLP_*`).")
 
     @model_validator(mode="after")
     def _secret_files(self) -> Settings:
-        for name in _SECRETS:
+        for name in SECRETS:
             path = getattr(self, f"{name}_file")
             if path is None:
                 continue
             if getattr(self, name) is not None:
                 raise ValueError(f"set {name} or {name}_file, not both")
             # The settings are frozen; this is their construction, not a change.
-            object.__setattr__(self, name, SecretStr(_read_secret(f"{name}_file", path)))
+            object.__setattr__(self, name, SecretStr(read_secret(f"{name}_file", path)))
         return self
 
     @model_validator(mode="after")
@@ -275,15 +372,6 @@ class Settings(BaseSettings):
         return value
 
 
-# RAGMON_* variables that are not settings: read where they bite.
-OTHER_VARIABLES = frozenset({
-    "RAGMON_CONFIG",              # the settings file (here)
-    "RAGMON_CALIBRATION_CACHE",   # detect/thresholds.py
-    "RAGMON_REQUIRE_COMPILED",    # aggregate/compiled.py
-    "RAGMON_CARRIED_COUNTERS",    # worker/stall.py (set by the worker for itself)
-})
-
-
 def load(path: str | Path | None = None, **overrides: Any) -> Settings:
     """Read settings from `path` (TOML, YAML or JSON by extension; default
     `$RAGMON_CONFIG`), env, overrides. Unknown `RAGMON_*` variables and values that
@@ -291,14 +379,14 @@ def load(path: str | Path | None = None, **overrides: Any) -> Settings:
     path = path or os.environ.get("RAGMON_CONFIG")
     values: dict[str, Any] = {}
     if path:
-        values = _read_file(Path(path))
+        values = read_file(Path(path))
     values.update(overrides)
     try:
         settings = Settings(**values)
     except _EnvError as exc:  # a RAGMON_* value that cannot even be parsed
         raise SettingsError(f"invalid ragmon settings: {exc}") from None
     except ValidationError as exc:
-        problems = "; ".join(_problem(err) for err in exc.errors())
+        problems = "; ".join(problem(err, Settings.model_fields) for err in exc.errors())
         raise SettingsError(f"invalid ragmon settings: {problems}") from None
     for warning in warnings_of(settings, os.environ):
         if warning not in _WARNED:  # once per process, however often settings are read
@@ -310,86 +398,3 @@ def load(path: str | Path | None = None, **overrides: Any) -> Settings:
 _WARNED: set[str] = set()
 
 
-def warnings_of(settings: Settings, environ: Any) -> list[str]:
-    """What in the environment or the settings probably is not what the user meant."""
-    fields = {f"RAGMON_{name.upper()}" for name in Settings.model_fields}
-    known = fields | OTHER_VARIABLES
-    found = []
-    for name in sorted(environ):
-        if name.upper().startswith("RAGMON_") and name.upper() not in known:
-            close = get_close_matches(name.upper(), sorted(known), n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            found.append(f"{name} is not a ragmon setting and is ignored{hint}")
-    missing = [code for code in KNOWN_REASONS if code not in settings.reasons]
-    if missing:
-        found.append(f"reasons={','.join(settings.reasons)} leaves out the contract's "
-                     f"{', '.join(missing)}: traces giving them are counted as `other`")
-    if not settings.slice_dimensions:
-        found.append("slice_dimensions is empty: only release totals are kept, no slices")
-    return found
-
-
-def _problem(err: Any) -> str:
-    """One validation error as `name=value: why`; never the value of a secret, and a
-    check across settings (no single name) only by its message, which names them. An
-    unknown name gets the closest valid one."""
-    name = ".".join(str(p) for p in err["loc"])
-    if not name:
-        return str(err["msg"]).removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        close = get_close_matches(name, sorted(Settings.model_fields), n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]}?" if close else ""
-        return f"{name}: not a ragmon setting{hint}"
-    shown = "<secret>" if name in _SECRETS else repr(err.get("input"))
-    return f"{name}={shown}: {err['msg']}"
-
-
-_SECRETS = ("sasl_password", "ssl_password")
-
-
-def _read_secret(name: str, path: str) -> str:
-    """A secret's file, read: its text without the trailing newline an editor or
-    `kubectl create secret --from-file` leaves. The error names the file, never its text."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = getattr(exc, "strerror", None) or "not UTF-8 text"
-        raise ValueError(f"{name}={path!r}: cannot read it: {why}") from None
-    text = text.rstrip("\r\n")
-    if not text:
-        raise ValueError(f"{name}={path!r}: the file is empty")
-    return text
-
-
-def _read_file(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SettingsError(f"cannot read settings file {str(path)!r}: {exc.strerror}") from None
-    reader = _READERS.get(path.suffix.lower())
-    if reader is None:
-        raise SettingsError(f"settings file {str(path)!r}: the name must end in "
-                            f"{', '.join(sorted(_READERS))} (the format goes by extension)")
-    try:
-        data = reader(text)
-    except yaml.YAMLError as exc:
-        raise SettingsError(f"settings file {str(path)!r} is not valid: "
-                            f"{yaml_problem(exc)}") from None
-    except ValueError as exc:
-        raise SettingsError(f"settings file {str(path)!r} is not valid: {exc}") from None
-    if not isinstance(data, dict):
-        raise SettingsError(f"settings file {str(path)!r} must hold a table/object")
-    return data
-
-
-def yaml_problem(exc: yaml.YAMLError) -> str:
-    """A YAML error in one line, without the snippet PyYAML quotes: that line of the file
-    may hold a secret (a password, a key)."""
-    problem = getattr(exc, "problem", None) or getattr(exc, "context", None) or "not YAML"
-    mark = getattr(exc, "problem_mark", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    return f"{problem}{where}"
-
-
-_READERS = {".toml": tomllib.loads, ".json": json.loads,
-            ".yaml": yaml.safe_load, ".yml": yaml.safe_load}

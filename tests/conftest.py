@@ -1,4 +1,4 @@
-"""Shared fixtures: the hand-made examples (examples/, a copy of ../shared/examples) and
+"""Shared fixtures: the hand-made examples (examples/) and
 a default pipeline."""
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def test_every_metric_in_a_query_is_exported_or_recorded():
 def test_dashboards_open_on_one_release_total_and_cover_what_on_call_asks():
     """Defaults: the first release and its total; per-release breakdowns; the panels
     on-call needs (critical_claim_unsupported, feedback, label joins, streams waiting,
-    state lost); exemplars link to a datasource uid the README's variable sets."""
+    state lost); exemplars link to a datasource uid the docs' Dashboards page says to set."""
     boards = {b["uid"]: b for b in _boards()}
     for board in boards.values():
         current = {v["name"]: v.get("current") for v in board["templating"]["list"]}
@@ -94,5 +94,5 @@ def test_dashboards_open_on_one_release_total_and_cover_what_on_call_asks():
         assert needed in exprs[board], (needed, board)
     datasource = (DASHBOARDS / "provisioning" / "datasource.yml").read_text()
     assert "datasourceUid: ${GRAFANA_TRACES_DATASOURCE_UID}" in datasource
-    readme = (DASHBOARDS.parent / "README.md").read_text()
-    assert "GRAFANA_TRACES_DATASOURCE_UID" in readme
+    page = (DASHBOARDS.parent / "docs" / "dashboards.md").read_text()
+    assert "GRAFANA_TRACES_DATASOURCE_UID" in page

@@ -99,16 +99,16 @@ def test_compose_and_kubernetes_carry_the_same_worker_settings():
     assert int(compose["ragmon-worker-1"]["stop_grace_period"].rstrip("s")) == grace
 
 
-def test_prometheus_and_the_service_monitor_scrape_as_the_readme_recommends():
-    """15 s scrapes with a 10 s timeout (README, "Streaming"; issue #24), both set-ups."""
+def test_prometheus_and_the_service_monitor_scrape_as_the_docs_recommend():
+    """15 s scrapes with a 10 s timeout (docs/operating.md; issue #24), both set-ups."""
     prometheus = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
     job = next(j for j in prometheus["scrape_configs"] if j["job_name"] == "ragmon")
     monitor = yaml.safe_load((DEPLOY / "k8s" / "servicemonitor.yaml").read_text())
     [endpoint] = monitor["spec"]["endpoints"]
     assert (job["scrape_interval"], job["scrape_timeout"]) == ("15s", "10s")
     assert (endpoint["interval"], endpoint["scrapeTimeout"]) == ("15s", "10s")
-    readme = (DEPLOY.parent / "README.md").read_text()
-    assert "scrape every 15 s with a 10 s timeout" in readme
+    page = (DEPLOY.parent / "docs" / "operating.md").read_text()
+    assert "scrape every 15 s with a 10 s timeout" in page
 
 
 def test_make_secrets_gives_a_web_config_the_worker_loads_and_a_password_it_takes(secrets):

@@ -145,13 +145,13 @@ def test_broker_outage_never_blocks_and_delivery_resumes(tmp_path):
 
 
 @pytest.mark.integration
-def test_readme_integration_example_runs():
+def test_the_docs_sdk_example_runs():
     import subprocess
     import sys
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("### Sending decisions from your application", 1)[1]
+    page = (Path(__file__).resolve().parents[1] / "docs" / "sending.md").read_text()
+    section = page.split("## Sending decisions from your application", 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)

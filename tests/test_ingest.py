@@ -20,16 +20,6 @@ BAD_REASONS = [
 ]
 
 
-def test_the_examples_are_the_shared_ones(examples):
-    """examples/ is a copy of ../shared/examples (the founders' hand-made set), so the
-    suite runs without ../shared; where it is there, the copy must not drift from it."""
-    shared = examples.parents[1] / "shared" / "examples"
-    if not shared.is_dir():
-        pytest.skip("no ../shared/examples beside this checkout to compare with")
-    assert {p.name: p.read_bytes() for p in shared.iterdir()} == {
-        p.name: p.read_bytes() for p in examples.iterdir()}
-
-
 def test_bad_examples_are_rejected_with_their_reasons(examples):
     results = [parse(raw) for raw in lines(examples / "bad-traces.jsonl")]
     assert [r.reason for r in results[:10] if isinstance(r, Rejection)] == BAD_REASONS

@@ -2,7 +2,7 @@
 with SCRAM users and a CA made here, real log compaction, and the failures an operator
 meets first (wrong password, untrusted certificate, no broker, SIGTERM in every state).
 
-Every process is real: the broker from ../shared/kafka, `ragmon worker` / `produce` /
+Every process is real: the broker from KAFKA_HOME (tests/brokers.py), `ragmon worker` / `produce` /
 `reference` as users run them, the client SDK, HTTP scrapes of /metrics.
 """
 

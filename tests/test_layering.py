@@ -19,7 +19,8 @@ RANKS = {
     "memory": 0,  # gc tuning and heap trims, used by every process
     "messages": 0,  # length-prefixed pickles between ragmon's own processes
     "ingest": 1,  # bytes -> events or rejections; the contract
-    "settings": 2,  # names the contract's dimensions
+    "settings_files": 2,  # settings files, secrets, variables that look like typos
+    "settings": 2.5,  # names the contract's dimensions
     "aggregate": 3,  # events -> bounded tables
     "detect": 4,  # tables -> drift alarms
     "export": 5,  # snapshot -> Prometheus metrics
@@ -40,7 +41,7 @@ THIRD_PARTY_HOMES = {
     "scipy": {"detect.detectors", "detect.shares"}, "pydantic": {"settings"},
     "pydantic_settings": {"settings"},
     "rich": {"offline.terminal"}, "matplotlib": {"offline.plots"},
-    "yaml": {"offline.analyze", "settings", "export.webconfig"},
+    "yaml": {"offline.analyze", "settings_files", "export.webconfig"},
     "bcrypt": {"export.auth"},
 }
 MAX_LINES = 400

@@ -18,7 +18,7 @@ from prometheus_client.core import (
     Metric,
 )
 
-__all__ = ["CELL_LABELS", "FAMILIES", "METRICS", "STREAM_LABELS", "Family"]
+__all__ = ["CELL_LABELS", "FAMILIES", "METRICS", "OTLP_FAMILIES", "STREAM_LABELS", "Family"]
 
 CELL_LABELS: Final = ("release", "dimension", "value")
 STREAM_LABELS: Final = ("release", "dimension", "value", "signal", "direction")
@@ -257,5 +257,7 @@ FAMILIES: Final = (
     DRIFT_DISTANCE, reference_info(()), REFERENCE_TRACES, RECALIBRATION_REQUIRED,
     REFERENCE_BUCKETS,
 )
+# Exported only while the otlp intake is on (`otlp_topic`).
+OTLP_FAMILIES: Final = (OTLP_MESSAGES, OTLP_SPANS, OTLP_TRACES, OTLP_PENDING)
 # Every metric family name ragmon exports (dashboards and alert rules use only these).
 METRICS: Final = tuple(family.exposed for family in FAMILIES)

@@ -50,7 +50,7 @@ from typing import Any, Final
 
 import yaml
 
-from monitor.settings import yaml_problem
+from monitor.settings_files import yaml_problem
 
 __all__ = ["WebConfig", "WebConfigError", "WebConfigFile", "load"]
 

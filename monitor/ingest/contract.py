@@ -3,7 +3,7 @@
 The models are msgspec Structs rather than pydantic models because decoding is on the
 hot path: measured here, pydantic per event caps a pipeline at ~22k traces/s while
 msgspec decodes and validates the same trace in C at ~60k/s. The constraints below are
-../shared/CONTRACT.md, field by field; `ingest` turns their errors into reason codes.
+docs/contract.md, field by field; `ingest` turns their errors into reason codes.
 
 The models forbid unknown fields so that the fast path can trust a clean decode: a
 message with any field outside the contract (a content field such as `question`, or
