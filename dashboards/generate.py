@@ -4,7 +4,8 @@
 
 Plain dicts, no SDK: the JSON stays reviewable and the committed files must equal this
 script's output (tests/test_dashboards.py), which also checks that every metric a
-query uses is one `monitor.export.collector.METRICS` declares.
+query uses is one `monitor/export/catalog.py` declares. Queries name metrics by their
+catalog constant, `<TRACES>` for `ragmon_traces_total` (`catalog.spell`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: `monitor`
+
+from monitor.export.catalog import spelled
 
 HERE = Path(__file__).resolve().parent
 DS = {"type": "prometheus", "uid": "${datasource}"}
@@ -25,11 +30,11 @@ RATE = "[$__rate_interval]"
 def _variables(cells: bool) -> list[dict[str, Any]]:
     found = [{"name": "datasource", "type": "datasource", "query": "prometheus",
               "label": "Prometheus"}]
-    queries = [("release", "label_values(ragmon_traces_total, release)")]
+    queries = [("release", "label_values(<TRACES>, release)")]
     if cells:
-        queries += [("dimension", 'label_values(ragmon_traces_total{release=~"$release"}, '
+        queries += [("dimension", 'label_values(<TRACES>{release=~"$release"}, '
                                   "dimension)"),
-                    ("value", 'label_values(ragmon_traces_total{release=~"$release",'
+                    ("value", 'label_values(<TRACES>{release=~"$release",'
                               'dimension=~"$dimension"}, value)')]
     for name, query in queries:
         found.append({"name": name, "type": "query", "datasource": DS, "refresh": 2,
@@ -75,7 +80,7 @@ def _dashboard(uid: str, title: str, panels: list[dict[str, Any]], cells: bool,
         panel["id"] = i
         panel["gridPos"] = {"x": x, "y": y, "w": w, "h": 8}
         x += w
-    return {
+    return spelled({
         "uid": uid, "title": title, "tags": ["ragmon"], "editable": False,
         "schemaVersion": 39, "version": 1, "refresh": "30s", "timezone": "utc",
         "time": {"from": "now-6h", "to": "now"},
@@ -83,46 +88,46 @@ def _dashboard(uid: str, title: str, panels: list[dict[str, Any]], cells: bool,
         "links": links or [{"type": "dashboards", "tags": ["ragmon"], "asDropdown": True,
                             "title": "ragmon"}],
         "panels": panels,
-    }
+    })
 
 
 def overview() -> dict[str, Any]:
     by_release = "sum by (release)"
     return _dashboard("ragmon-overview", "RAG decisions — overview", [
-        _panel("Traffic by release", [(f"{by_release} (rate(ragmon_traces_total{{{TOTAL}}}{RATE}))",
+        _panel("Traffic by release", [(f"{by_release} (rate(<TRACES>{{{TOTAL}}}{RATE}))",
                                        "{{release}}")], unit="reqps"),
         _panel("Decision mix by release", [(
-            f"sum by (release, decision) (rate(ragmon_traces_total{{{TOTAL}}}{RATE}))",
+            f"sum by (release, decision) (rate(<TRACES>{{{TOTAL}}}{RATE}))",
             "{{release}} {{decision}}")], stack=True),
         _panel("Answer coverage by release", [(
-            f'{by_release} (rate(ragmon_traces_total{{{TOTAL},decision=~"answer|partial"}}{RATE}))'
-            f" / {by_release} (rate(ragmon_traces_total{{{TOTAL}}}{RATE}))", "{{release}}")],
+            f'{by_release} (rate(<TRACES>{{{TOTAL},decision=~"answer|partial"}}{RATE}))'
+            f" / {by_release} (rate(<TRACES>{{{TOTAL}}}{RATE}))", "{{release}}")],
             unit="percentunit"),
-        _panel("Reason shares", [(f"sum by (reason) (rate(ragmon_reasons_total{{{TOTAL}}}{RATE}))",
+        _panel("Reason shares", [(f"sum by (reason) (rate(<REASONS>{{{TOTAL}}}{RATE}))",
                                   "{{reason}}")], stack=True),
         _panel("top_score distribution", [(
-            f'sum by (le) (rate(ragmon_signal_bucket{{{TOTAL},signal="top_score"}}{RATE}))',
+            f'sum by (le) (rate(<SIGNAL>_bucket{{{TOTAL},signal="top_score"}}{RATE}))',
             "{{le}}")], kind="heatmap"),
         _panel("Gate leaks (incidents)", [(
-            f"{by_release} (increase(ragmon_gate_leaks_total{{{TOTAL}}}{RATE}))", "{{release}}")]),
+            f"{by_release} (increase(<GATE_LEAKS>{{{TOTAL}}}{RATE}))", "{{release}}")]),
         _panel("Latency p50 / p95 by release", [
-            (f"histogram_quantile(0.5, sum by (release, le) (rate(ragmon_latency_seconds_bucket"
+            (f"histogram_quantile(0.5, sum by (release, le) (rate(<LATENCY>_bucket"
              f"{{{TOTAL}}}{RATE})))", "p50 {{release}}"),
-            (f"histogram_quantile(0.95, sum by (release, le) (rate(ragmon_latency_seconds_bucket"
+            (f"histogram_quantile(0.95, sum by (release, le) (rate(<LATENCY>_bucket"
              f"{{{TOTAL}}}{RATE})))", "p95 {{release}}")], unit="s"),
         _panel("critical_claim_unsupported rate by release (dashed: its reference)", [
-            (f'{by_release} (rate(ragmon_reasons_total{{{TOTAL},'
+            (f'{by_release} (rate(<REASONS>{{{TOTAL},'
              f'reason="critical_claim_unsupported"}}{RATE})) / {by_release} '
-             f"(rate(ragmon_traces_total{{{TOTAL}}}{RATE}))", "{{release}}"),
-            (f'max by (release) (ragmon_drift_reference_value{{{TOTAL},'
+             f"(rate(<TRACES>{{{TOTAL}}}{RATE}))", "{{release}}"),
+            (f'max by (release) (<DRIFT_REFERENCE_VALUE>{{{TOTAL},'
              f'signal="critical_claim_unsupported_rate"}})', "reference {{release}}")],
             unit="percentunit"),
         _panel("User feedback by release", [(
-            f"sum by (release, score) (rate(ragmon_feedback_total{{{TOTAL}}}{RATE}))",
+            f"sum by (release, score) (rate(<FEEDBACK>{{{TOTAL}}}{RATE}))",
             "{{release}} {{score}}")], unit="reqps"),
         _panel("Cost per request", [(
-            f"{by_release} (rate(ragmon_request_cost_sum{{{TOTAL}}}{RATE})) / {by_release} "
-            f"(rate(ragmon_request_cost_count{{{TOTAL}}}{RATE}))", "{{release}}")]),
+            f"{by_release} (rate(<COST>_sum{{{TOTAL}}}{RATE})) / {by_release} "
+            f"(rate(<COST>_count{{{TOTAL}}}{RATE}))", "{{release}}")]),
     ], cells=False)
 
 
@@ -131,48 +136,48 @@ def drift() -> dict[str, Any]:
     total_stream = f'{TOTAL},signal=~"$signal"'
     board = _dashboard("ragmon-drift", "RAG decisions — drift", [
         _panel("Statistic vs threshold (release totals)", [
-            (f"ragmon_drift_statistic{{{total_stream}}}",
+            (f"<DRIFT_STATISTIC>{{{total_stream}}}",
              "{{release}} {{signal}} {{direction}}"),
-            (f"ragmon_drift_threshold{{{total_stream}}}",
+            (f"<DRIFT_THRESHOLD>{{{total_stream}}}",
              "threshold {{release}} {{signal}} {{direction}}")],
             width=24),
         _panel("Drift score (statistic / threshold; slices from 0.5)", [
-            (f"ragmon_drift_score{{{stream}}}",
+            (f"<DRIFT_SCORE>{{{stream}}}",
              "{{release}} {{dimension}}={{value}} {{signal}} {{direction}}")], width=24),
-        _panel("Alarms now", [(f"ragmon_drift_alarm{{{stream}}} == 1",
+        _panel("Alarms now", [(f"<DRIFT_ALARM>{{{stream}}} == 1",
                                "{{release}} {{dimension}}={{value}} {{signal}} {{direction}}")],
                kind="table"),
         _panel("Slices ranked by drift (statistic / threshold)", [(
-            f'topk(20, ragmon_drift_score{{{REL},dimension!="all",signal=~"$signal"}})',
+            f'topk(20, <DRIFT_SCORE>{{{REL},dimension!="all",signal=~"$signal"}})',
             "{{release}} {{dimension}}={{value}} {{signal}} {{direction}}")], kind="table"),
         _panel("Streams by status (armed: ok, alarm, small_reference = a share whose reference "
                "holds under 3 events: watched, budget not assured)", [(
-            f"sum by (release, status) (ragmon_drift_streams{{{REL}}})",
+            f"sum by (release, status) (<DRIFT_STREAMS>{{{REL}}})",
             "{{release}} {{status}}")], kind="table"),
         _panel("Current vs reference distribution (cumulative share, release total)", [
-            (f'sum by (release, signal, le) (rate(ragmon_signal_bucket{{{TOTAL},'
+            (f'sum by (release, signal, le) (rate(<SIGNAL>_bucket{{{TOTAL},'
              f'signal=~"$signal"}}{RATE})) / ignoring (le) group_left sum by (release, signal) '
-             f'(rate(ragmon_signal_count{{{TOTAL},signal=~"$signal"}}{RATE}))',
+             f'(rate(<SIGNAL>_count{{{TOTAL},signal=~"$signal"}}{RATE}))',
              "now {{release}} {{signal}} le={{le}}"),
-            (f'ragmon_reference_signal_bucket_ratio{{{REL},signal=~"$signal"}}',
+            (f'<REFERENCE_BUCKETS>{{{REL},signal=~"$signal"}}',
              "reference {{release}} {{signal}} le={{bound}}")], unit="percentunit"),
         _panel("Distance to the reference (latest window, release total)", [(
-            f'ragmon_drift_distance{{{TOTAL},signal=~"$signal"}}',
+            f'<DRIFT_DISTANCE>{{{TOTAL},signal=~"$signal"}}',
             "{{release}} {{signal}} {{measure}}")]),
         _panel("Alarms raised (exemplars link to traces)", [(
-            f"sum by (release, signal, direction) (increase(ragmon_drift_alarms_total{{{stream}}}"
+            f"sum by (release, signal, direction) (increase(<DRIFT_ALARMS>{{{stream}}}"
             f"{RATE}))", "{{release}} {{signal}} {{direction}}")]),
-        _panel("Recalibration required", [(f"ragmon_recalibration_required{{{REL}}}",
+        _panel("Recalibration required", [(f"<RECALIBRATION_REQUIRED>{{{REL}}}",
                                            "{{release}}")], kind="stat"),
-        _panel("Reference profiles", [(f"ragmon_reference_info{{{REL}}}", "{{release}}"),
-                                      (f"ragmon_reference_traces{{{REL}}}", "{{release}}")],
+        _panel("Reference profiles", [(f"<REFERENCE_INFO>{{{REL}}}", "{{release}}"),
+                                      (f"<REFERENCE_TRACES>{{{REL}}}", "{{release}}")],
                kind="table"),
     ], cells=True)
-    board["templating"]["list"].append({
+    board["templating"]["list"].append(spelled({
         "name": "signal", "type": "query", "datasource": DS, "refresh": 2,
-        "query": {"query": "label_values(ragmon_drift_statistic, signal)", "refId": "signal"},
-        "definition": "label_values(ragmon_drift_statistic, signal)", "includeAll": True,
-        "multi": True, "current": {"text": "All", "value": "$__all"}})
+        "query": {"query": "label_values(<DRIFT_STATISTIC>, signal)", "refId": "signal"},
+        "definition": "label_values(<DRIFT_STATISTIC>, signal)", "includeAll": True,
+        "multi": True, "current": {"text": "All", "value": "$__all"}}))
     raised = next(p for p in board["panels"] if p["title"].startswith("Alarms raised"))
     raised["options"] = {"exemplars": True}
     return board
@@ -186,62 +191,62 @@ def quality() -> dict[str, Any]:
 
     return _dashboard("ragmon-quality", "RAG decisions — answer coverage and quality", [
         _panel("Answer coverage", [(share(
-            f'ragmon_traces_total{{{CELL},decision=~"answer|partial"}}',
-            f"ragmon_traces_total{{{CELL}}}"), "{{release}} {{dimension}}={{value}}")],
+            f'<TRACES>{{{CELL},decision=~"answer|partial"}}',
+            f"<TRACES>{{{CELL}}}"), "{{release}} {{dimension}}={{value}}")],
             unit="percentunit"),
         _panel("Full-answer rate", [(share(
-            f'ragmon_traces_total{{{CELL},decision="answer"}}',
-            f"ragmon_traces_total{{{CELL}}}"), "{{release}} {{dimension}}={{value}}")],
+            f'<TRACES>{{{CELL},decision="answer"}}',
+            f"<TRACES>{{{CELL}}}"), "{{release}} {{dimension}}={{value}}")],
             unit="percentunit"),
         _panel("Requirement coverage (mean)", [(share(
-            f"ragmon_requirement_coverage_total{{{CELL}}}",
-            f'ragmon_requirements_total{{{CELL},outcome="all"}}'),
+            f"<REQUIREMENT_COVERAGE>{{{CELL}}}",
+            f'<REQUIREMENTS>{{{CELL},outcome="all"}}'),
             "{{release}} {{dimension}}={{value}}")], unit="percentunit"),
         _panel("All required parts covered (share)", [(share(
-            f'ragmon_requirements_total{{{CELL},outcome="complete"}}',
-            f'ragmon_requirements_total{{{CELL},outcome="all"}}'),
+            f'<REQUIREMENTS>{{{CELL},outcome="complete"}}',
+            f'<REQUIREMENTS>{{{CELL},outcome="all"}}'),
             "{{release}} {{dimension}}={{value}}")], unit="percentunit"),
         _panel("critical_claim_unsupported rate", [(share(
-            f'ragmon_reasons_total{{{CELL},reason="critical_claim_unsupported"}}',
-            f"ragmon_traces_total{{{CELL}}}"), "{{release}} {{dimension}}={{value}}")],
+            f'<REASONS>{{{CELL},reason="critical_claim_unsupported"}}',
+            f"<TRACES>{{{CELL}}}"), "{{release}} {{dimension}}={{value}}")],
             unit="percentunit"),
         _panel("critical_claim_unsupported drift score (1 = alarm threshold)", [
-            (f'max by (release, dimension, value) (ragmon_drift_score{{{CELL},'
+            (f'max by (release, dimension, value) (<DRIFT_SCORE>{{{CELL},'
              f'signal="critical_claim_unsupported_rate"}})',
              "{{release}} {{dimension}}={{value}}"),
             ("vector(1)", "threshold")]),
         _panel("User feedback (up / down)", [(
-            f"sum by (release, dimension, value, score) (rate(ragmon_feedback_total{{{CELL}}}"
+            f"sum by (release, dimension, value, score) (rate(<FEEDBACK>{{{CELL}}}"
             f"{RATE}))", "{{release}} {{dimension}}={{value}} {{score}}")], unit="reqps"),
         _panel("Top missing requirements (a slice shows its top 3)", [(
             f"topk(10, sum by (release, dimension, value, requirement) "
-            f"(increase(ragmon_missing_requirements_total{{{CELL}}}{RATE})))",
+            f"(increase(<MISSING_REQUIREMENTS>{{{CELL}}}{RATE})))",
             "{{requirement}} {{release}} {{dimension}}={{value}}")], kind="table"),
         _panel("Self-check reject and verbatim failure rates", [
-            (share(f'ragmon_checks_total{{{CELL},check="self_check_reject"}}',
-                   f'ragmon_checks_total{{{CELL},check=~"self_check_pass|self_check_reject"}}'),
+            (share(f'<CHECKS>{{{CELL},check="self_check_reject"}}',
+                   f'<CHECKS>{{{CELL},check=~"self_check_pass|self_check_reject"}}'),
              "self-check reject {{release}} {{dimension}}={{value}}"),
-            (share(f'ragmon_checks_total{{{CELL},check="verbatim_failure"}}',
-                   f'ragmon_checks_total{{{CELL},check="citation"}}'),
+            (share(f'<CHECKS>{{{CELL},check="verbatim_failure"}}',
+                   f'<CHECKS>{{{CELL},check="citation"}}'),
              "verbatim failure {{release}} {{dimension}}={{value}}")], unit="percentunit"),
         _panel("Label-based rates", [
-            (share(f'ragmon_label_outcomes_total{{{CELL},outcome="answered_uc_true"}}',
-                   f'ragmon_label_outcomes_total{{{CELL},outcome="answered_uc_known"}}'),
+            (share(f'<LABEL_OUTCOMES>{{{CELL},outcome="answered_uc_true"}}',
+                   f'<LABEL_OUTCOMES>{{{CELL},outcome="answered_uc_known"}}'),
              "unsupported answer rate {{release}}"),
-            (share(f'ragmon_label_outcomes_total{{{CELL},outcome="abstained_answerable_true"}}',
-                   f'ragmon_label_outcomes_total{{{CELL},'
+            (share(f'<LABEL_OUTCOMES>{{{CELL},outcome="abstained_answerable_true"}}',
+                   f'<LABEL_OUTCOMES>{{{CELL},'
                    f'outcome="abstained_answerable_known"}}'),
              "false abstention rate {{release}}"),
-            (f'{by} (ragmon_label_outcomes_total{{{CELL},outcome="labelled"}})',
+            (f'{by} (<LABEL_OUTCOMES>{{{CELL},outcome="labelled"}})',
              "labelled traces {{release}}")]),
         _panel("Label-based rates since start (release totals), beside the labelled traces "
                "behind each", [
-                   (f"ragmon_label_rate{{{TOTAL}}}", "{{rate}} {{release}}"),
-                   (f"ragmon_label_rate_traces{{{TOTAL}}}", "labelled: {{rate}} {{release}}")],
+                   (f"<LABEL_RATE>{{{TOTAL}}}", "{{rate}} {{release}}"),
+                   (f"<LABEL_RATE_TRACES>{{{TOTAL}}}", "labelled: {{rate}} {{release}}")],
                kind="table"),
         _panel("Cost per answered request", [(
-            f"sum by (release) (rate(ragmon_request_cost_sum{{{TOTAL}}}{RATE})) / sum by "
-            f'(release) (rate(ragmon_traces_total{{{TOTAL},decision=~"answer|partial"}}{RATE}))',
+            f"sum by (release) (rate(<COST>_sum{{{TOTAL}}}{RATE})) / sum by "
+            f'(release) (rate(<TRACES>{{{TOTAL},decision=~"answer|partial"}}{RATE}))',
             "{{release}}")]),
     ], cells=True)
 
@@ -249,37 +254,37 @@ def quality() -> dict[str, Any]:
 def health() -> dict[str, Any]:
     return _dashboard("ragmon-health", "ragmon health", [
         _panel("Messages by outcome", [(
-            f"sum by (outcome) (rate(ragmon_input_messages_total{RATE}))", "{{outcome}}")],
+            f"sum by (outcome) (rate(<INPUT_MESSAGES>{RATE}))", "{{outcome}}")],
             unit="reqps"),
         _panel("Rejected input by reason (each one dead-lettered)", [(
-            f"sum by (reason) (rate(ragmon_rejected_total{RATE}))", "{{reason}}")],
+            f"sum by (reason) (rate(<REJECTED>{RATE}))", "{{reason}}")],
             unit="reqps"),
         _panel("Dead letters, worker errors, state lost", [
-            (f"sum(rate(ragmon_dlq_produced_total{RATE}))", "dead letters"),
-            (f"sum(rate(ragmon_worker_errors_total{RATE}))", "worker errors"),
-            ("sum by (instance) (ragmon_state_lost_total)", "partitions whose state was lost "
+            (f"sum(rate(<DLQ_PRODUCED>{RATE}))", "dead letters"),
+            (f"sum(rate(<WORKER_ERRORS>{RATE}))", "worker errors"),
+            ("sum by (instance) (<STATE_LOST>)", "partitions whose state was lost "
              "{{instance}}")]),
         _panel("Label and feedback joins", [
-            (f"sum by (kind, outcome) (rate(ragmon_label_events_total{RATE}))",
+            (f"sum by (kind, outcome) (rate(<LABEL_EVENTS>{RATE}))",
              "{{kind}} {{outcome}}"),
-            ("sum by (kind) (ragmon_label_events_waiting)", "{{kind}} waiting for the trace")]),
+            ("sum by (kind) (<LABEL_EVENTS_WAITING>)", "{{kind}} waiting for the trace")]),
         _panel("Drift streams by status (waiting for a threshold: insufficient_data)", [(
-            "sum by (release, status) (ragmon_drift_streams)", "{{release}} {{status}}")]),
+            "sum by (release, status) (<DRIFT_STREAMS>)", "{{release}} {{status}}")]),
         _panel("Batch time", [(
-            f"sum by (instance) (rate(ragmon_batch_seconds_total{RATE})) / sum by (instance) "
-            f"(rate(ragmon_batches_total{RATE}))", "{{instance}}")], unit="s"),
+            f"sum by (instance) (rate(<BATCH_SECONDS>{RATE})) / sum by (instance) "
+            f"(rate(<BATCHES>{RATE}))", "{{instance}}")], unit="s"),
         _panel("Staleness (wall clock - newest event)", [(
-            "max by (instance) (ragmon_watermark_lag_seconds)", "{{instance}}")], unit="s"),
-        _panel("Partitions per worker", [("ragmon_partitions_owned", "{{instance}}")]),
-        _panel("Series vs budget", [("ragmon_series", "series {{instance}}"),
-                                    ("ragmon_series_budget", "budget {{instance}}"),
-                                    ("ragmon_series_dropped", "dropped {{instance}}")]),
+            "max by (instance) (<WATERMARK_LAG>)", "{{instance}}")], unit="s"),
+        _panel("Partitions per worker", [("<PARTITIONS_OWNED>", "{{instance}}")]),
+        _panel("Series vs budget", [("<SERIES>", "series {{instance}}"),
+                                    ("<SERIES_BUDGET>", "budget {{instance}}"),
+                                    ("<SERIES_DROPPED>", "dropped {{instance}}")]),
         _panel("Redeliveries skipped and checkpoints", [
-            (f"sum(rate(ragmon_redelivered_skipped_total{RATE}))", "redelivered skipped"),
-            (f"sum(rate(ragmon_checkpoints_total{RATE}))", "checkpoints")]),
+            (f"sum(rate(<REDELIVERED_SKIPPED>{RATE}))", "redelivered skipped"),
+            (f"sum(rate(<CHECKPOINTS>{RATE}))", "checkpoints")]),
         _panel("Largest state record vs its limit", [
-            ("max by (instance) (ragmon_state_record_bytes)", "largest {{instance}}"),
-            ("max by (instance) (ragmon_state_max_bytes)", "limit {{instance}}")],
+            ("max by (instance) (<STATE_RECORD_BYTES>)", "largest {{instance}}"),
+            ("max by (instance) (<STATE_MAX_BYTES>)", "limit {{instance}}")],
             unit="bytes"),
     ], cells=False)
 

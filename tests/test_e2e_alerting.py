@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from test_worker import scrape, start_worker, stop, wait_for
+from workers import scrape, start_worker, stop, wait_for
 
 from monitor.broker import free_port
 from monitor.client import produce

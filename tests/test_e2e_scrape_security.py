@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 from brokers import Embedded
-from test_worker import stop, wait_for
 from tls import hashed, make_pki
+from workers import stop, wait_for
 
 from monitor.broker import free_port
 

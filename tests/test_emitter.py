@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 from aiokafka import AIOKafkaConsumer
 from opentelemetry.sdk.trace import TracerProvider
-from test_worker import outcome, scrape, start_worker, stop, wait_for
+from workers import outcome, scrape, start_worker, stop, wait_for
 
 from monitor.broker import EmbeddedBroker, free_port
 from monitor.client import DecisionEmitter, ensure_topics

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from brokers import KAFKA_MISSING, PASSWORD, ApacheKafka, kafka_available, kafka_required
-from test_worker import outcome, release_traces, scrape, start_worker, stop, wait_for
+from workers import outcome, release_traces, scrape, start_worker, stop, wait_for
 
 from monitor.broker import free_port
 from monitor.client import DecisionEmitter, produce
@@ -125,14 +126,22 @@ def test_sasl_ssl_with_the_right_credentials_counts_exactly(secure, tmp_path):
 @pytest.mark.parametrize("command", [["worker"], ["produce", "-"], ["reference", "list"]])
 def test_a_broker_that_cannot_be_used_is_one_line_and_an_exit(secure, tmp_path, case, command):
     env = {**secure.secure_env(), "RAGMON_CONNECT_TIMEOUT_SECONDS": "5"}
+    # No broker: a port bound here and never listened on refuses every connection, and no
+    # other process can take it meanwhile (a fixed free-looking port once answered TLS:
+    # another test's broker had it).
+    nothing = socket.socket()
+    nothing.bind(("127.0.0.1", 0))
     if case == "wrong password":
         env["RAGMON_SASL_PASSWORD"] = "not-the-password"
     elif case == "untrusted CA":
         env["RAGMON_SSL_CAFILE"] = str(secure.other_ca_file)
     else:
-        env["RAGMON_BOOTSTRAP_SERVERS"] = f"127.0.0.1:{secure.port + 5}"
+        env["RAGMON_BOOTSTRAP_SERVERS"] = f"127.0.0.1:{nothing.getsockname()[1]}"
     started = time.monotonic()
-    result = ragmon(*command, env=env, cwd=tmp_path, timeout=60)
+    try:
+        result = ragmon(*command, env=env, cwd=tmp_path, timeout=60)
+    finally:
+        nothing.close()
     elapsed = time.monotonic() - started
     assert result.returncode != 0
     line = one_line(result.stderr)

@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import pytest
 from opentelemetry import trace
-from test_worker import start_worker, stop, wait_for
+from workers import start_worker, stop, wait_for
 
 from monitor.broker import free_port
 from monitor.client import produce

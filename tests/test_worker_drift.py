@@ -10,7 +10,7 @@ import subprocess
 import urllib.request
 
 import pytest
-from test_worker import scrape, start_worker, stop, wait_for
+from workers import scrape, start_worker, stop, wait_for
 
 from monitor.cli import main
 from monitor.client import produce

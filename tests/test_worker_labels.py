@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
-from test_worker import scrape, start_worker, stop, wait_for
+from workers import scrape, start_worker, stop, wait_for
 
 from monitor.aggregate import checkpoint
 from monitor.aggregate.pipeline import Pipeline

@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from test_worker import read_dlq, scrape, start_worker, stop, topics_in_shape, wait_for
+from workers import read_dlq, scrape, start_worker, stop, topics_in_shape, wait_for
 
 from monitor.cli import main
 from monitor.client import produce

@@ -10,7 +10,8 @@ back into the pipeline.
 
 Both are compiled (`monitor/aggregate/_admission.pyx`, built by `pip install`) where
 there is a C compiler; `admit_python` and `fold_chunk_python` are the reference, and
-monitor/aggregate/compiled.py chooses between them once. tests/test_admission.py checks both
+the pipeline chooses between them once (monitor/aggregate/compiled.py loads the compiled
+module). tests/test_admission.py checks both
 leave a pipeline in the same state. The compiled
 admission runs the common case (a clean decision, first seen, in time, slicing cached)
 in C and hands everything else to the same Python code as here (`ingest.parse`,
@@ -20,22 +21,20 @@ in C and hands everything else to the same Python code as here (`ingest.parse`,
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Final, Protocol, TypeAlias
+from collections.abc import Callable, Sequence
+from typing import Final, Protocol, TypeAlias
 
 from monitor.aggregate.dedupe import Seen
 from monitor.aggregate.joins import Delta, Joiner, TraceRef
-from monitor.aggregate.table import CellKey
+from monitor.aggregate.table import CellKey, Exemplar, Table
 from monitor.aggregate.windows import Windows
 from monitor.ingest.contract import Components, System, Trace, to_json
 from monitor.ingest.parse import Rejection, parse, unparsed_payload
 from monitor.ingest.slices import Slicer, Slicing
 from monitor.settings import Settings
 
-if TYPE_CHECKING:  # fold.py imports compiled.py, which imports this module
-    from monitor.aggregate.fold import Exemplar, Folder
-
-__all__ = ["CHUNK_TRACES", "COMPONENTS_MAX", "Admitting", "Kept", "admit_python", "failed",
-           "fold_chunk_python", "future"]
+__all__ = ["CHUNK_TRACES", "COMPONENTS_MAX", "Admit", "Admitting", "Folds", "Kept", "admit_python",
+           "failed", "fold_chunk_python", "future"]
 
 # Kept traces are folded in chunks of this many: small enough that the decoded traces
 # stay in cache between parsing and folding: reading a thousand decoded traces (a few MB)
@@ -47,6 +46,15 @@ COMPONENTS_MAX: Final = 64  # distinct version tuples remembered per release and
 Kept: TypeAlias = "tuple[int, Trace, Slicing, Exemplar]"
 
 
+class Folds(Protocol):
+    """What admission asks of a pipeline's folder (`fold.Folder`): fold a window's chunk.
+    Named here, not imported: fold.py loads the compiled modules, and `_admission` imports
+    this module."""
+
+    def fold(self, table: Table, traces: Sequence[Trace], slicings: Sequence[Slicing],
+             exemplars: Sequence[Exemplar], last: list[Exemplar | None]) -> None: ...
+
+
 class Admitting(Protocol):
     """What admission and the chunk fold read and write of a pipeline
     (`monitor.aggregate.pipeline.Pipeline` is one)."""
@@ -56,7 +64,6 @@ class Admitting(Protocol):
     seen: Seen[TraceRef]
     slicer: Slicer
     joiner: Joiner
-    folder: Folder
     input: Counter[str]                       # messages by outcome
     rejected_by_reason: Counter[str]
     journal: list[tuple[str, float, TraceRef]] | None
@@ -64,7 +71,17 @@ class Admitting(Protocol):
     last_traces: dict[int, list[Exemplar | None]]
     exemplars: dict[tuple[CellKey, str], tuple[str, float, float | None]]
 
+    @property
+    def folder(self) -> Folds: ...  # read only: a `fold.Folder` is one
+
     def cells_of(self, slicing: Slicing) -> tuple[CellKey, ...]: ...
+
+
+# An admission loop, `admit_python` or the compiled `_admission.admit`: (pipeline, raw
+# messages, dead letters out, label deltas out, future limit, set aside out or None) ->
+# (read, dropped).
+Admit = Callable[[Admitting, list[bytes], list[tuple[int, Rejection]], list[Delta], float,
+                  list[tuple[int, float]] | None], tuple[int, int]]
 
 
 def fold_chunk_python(pipe: Admitting, chunk: list[Kept]) -> None:

@@ -4,7 +4,7 @@
 `pip install` where there is a C compiler; each implements the same functions as the
 pure-Python reference beside it, with the same signatures:
 
-- `_admission.admit` = `admission.admit_python` (the `Admit` type below), and
+- `_admission.admit` = `admission.admit_python` (of type `admission.Admit`), and
   `_admission.fold_chunk` = `admission.fold_chunk_python`, which each admission calls
   itself;
 - `_fold.Codes`, `_fold.row_tuples`, `_fold.fold`: the compiled half of `fold.Folder`.
@@ -19,23 +19,15 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
 from types import ModuleType
-from typing import cast
+from typing import TYPE_CHECKING
 
-from monitor.aggregate import admission
-from monitor.aggregate.admission import Admitting
-from monitor.aggregate.joins import Delta
-from monitor.ingest.parse import Rejection
-
-__all__ = ["ADMISSION", "COMPILED", "FOLD", "REQUIRED", "Admit", "admitter"]
+# A loader only: it imports no module of ragmon's by name, so that the compiled modules
+# (which import their references' constants, e.g. `_admission` from `admission`) and
+# the modules that use them (`fold`, `pipeline`) form no circle.
+__all__ = ["ADMISSION", "COMPILED", "FOLD", "REQUIRED"]
 
 REQUIRED = os.environ.get("RAGMON_REQUIRE_COMPILED", "") not in ("", "0")
-
-# (pipeline, raw messages, dead letters out, label deltas out, future limit, set aside
-# out or None) -> (read, dropped)
-Admit = Callable[[Admitting, list[bytes], list[tuple[int, Rejection]], list[Delta], float,
-                  list[tuple[int, float]] | None], tuple[int, int]]
 
 
 def _load(name: str) -> ModuleType | None:
@@ -48,14 +40,11 @@ def _load(name: str) -> ModuleType | None:
         return None
 
 
-FOLD = _load("_fold")
-ADMISSION = _load("_admission")
+if TYPE_CHECKING:  # mypy reads their stubs (`_fold.pyi`, `_admission.pyi`) ...
+    from monitor.aggregate import _admission as ADMISSION
+    from monitor.aggregate import _fold as FOLD
+else:  # ... and at run time either is None where it was not built
+    FOLD = _load("_fold")
+    ADMISSION = _load("_admission")
 COMPILED = FOLD is not None and ADMISSION is not None
 
-
-def admitter(compiled: bool) -> Admit:
-    """The admission loop a pipeline runs: compiled where built and asked for, else the
-    pure-Python reference."""
-    if compiled and ADMISSION is not None:
-        return cast(Admit, ADMISSION.admit)
-    return admission.admit_python

@@ -18,13 +18,11 @@ from collections.abc import Callable, Sequence
 from monitor.aggregate.compiled import FOLD
 from monitor.aggregate.encode import encode
 from monitor.aggregate.layout import Layout
-from monitor.aggregate.table import Table
+from monitor.aggregate.table import Exemplar, Table
 from monitor.ingest.contract import Trace
 from monitor.ingest.slices import Slicing
 
-__all__ = ["Exemplar", "Folder"]
-
-Exemplar = tuple[int, str, float]  # (input position, trace_id, ts) of a trace
+__all__ = ["Folder"]
 
 
 class Folder:

@@ -15,12 +15,13 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Final, NamedTuple
 
-from monitor.aggregate.compiled import FOLD, admitter
+from monitor.aggregate.admission import Admit, admit_python
+from monitor.aggregate.compiled import ADMISSION, FOLD
 from monitor.aggregate.dedupe import Seen
-from monitor.aggregate.fold import Exemplar, Folder
+from monitor.aggregate.fold import Folder
 from monitor.aggregate.joins import Delta, Joiner, TraceRef
 from monitor.aggregate.layout import Layout, from_settings
-from monitor.aggregate.table import TOTAL, CellKey, Table
+from monitor.aggregate.table import TOTAL, CellKey, Exemplar, Table
 from monitor.aggregate.windows import Windows
 from monitor.ingest.contract import Components, Feedback, Label
 from monitor.ingest.parse import Accepted, Rejection, parse
@@ -94,7 +95,8 @@ class Pipeline:
         partition) so that every partition maps the same label values to `other`.
         `compiled=False` runs the pure-Python admission and fold (the references) even
         where the compiled ones are built."""
-        self._admit = admitter(compiled)
+        # The admission loop: compiled where built and asked for, else the reference.
+        self._admit: Admit = ADMISSION.admit if compiled and ADMISSION else admit_python
         self.settings = settings
         self.layout: Layout = from_settings(settings)
         self.slicer = slicer or slicer_of(settings)

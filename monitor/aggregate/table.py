@@ -23,10 +23,11 @@ from monitor.aggregate.encode import Contributions
 from monitor.aggregate.layout import Layout
 from monitor.ingest.slices import Slicing
 
-__all__ = ["TOTAL", "Cell", "CellKey", "Table"]
+__all__ = ["TOTAL", "Cell", "CellKey", "Exemplar", "Table"]
 
 CellKey = tuple[str, str, str]  # (release, dimension, value)
 TOTAL = ""  # dimension and value of a release's total cell
+Exemplar = tuple[int, str, float]  # (input position, trace_id, ts): a cell's last trace
 
 
 class Cell(NamedTuple):

@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from monitor.aggregate.fold import Exemplar
 from monitor.aggregate.pipeline import Closed
-from monitor.aggregate.table import Table
+from monitor.aggregate.table import Exemplar, Table
 from monitor.detect.drift import Alarm, Drift
 from monitor.ingest.contract import Components
 from monitor.ingest.slices import Slicing

@@ -8,8 +8,9 @@ tests/test_alerts.py), and tests/test_export.py checks a scrape exposes exactly 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
-from typing import Any, Final, Literal, NamedTuple
+from typing import Any, Final, Literal, NamedTuple, TypeVar
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -18,7 +19,8 @@ from prometheus_client.core import (
     Metric,
 )
 
-__all__ = ["CELL_LABELS", "FAMILIES", "METRICS", "OTLP_FAMILIES", "STREAM_LABELS", "Family"]
+__all__ = ["CELL_LABELS", "FAMILIES", "METRICS", "OTLP_FAMILIES", "REFERENCE_INFO",
+           "STREAM_LABELS", "Family", "spell", "spelled"]
 
 CELL_LABELS: Final = ("release", "dimension", "value")
 STREAM_LABELS: Final = ("release", "dimension", "value", "signal", "direction")
@@ -242,6 +244,9 @@ def reference_info(component_names: Iterable[str]) -> Family:
                   ("release", *component_names))
 
 
+# As exported, whatever the components: a rule or a panel names it by this.
+REFERENCE_INFO: Final = reference_info(())
+
 FAMILIES: Final = (
     TRACES, REASONS, CLAIMS, GATE_LEAKS, REQUIREMENTS, REQUIREMENT_COVERAGE,
     MISSING_REQUIREMENTS, CHECKS, FEEDBACK, LABEL_OUTCOMES, SIGNAL, LATENCY, COST,
@@ -254,10 +259,40 @@ FAMILIES: Final = (
     SLICE_VALUES_REPLACED, SERIES, SERIES_DROPPED,
     DRIFT_STATISTIC, DRIFT_THRESHOLD, DRIFT_SCORE, DRIFT_ALARM, DRIFT_INSUFFICIENT, DRIFT_ALARMS,
     DRIFT_STREAMS, DRIFT_REFERENCE_VALUE, DRIFT_WINDOW_VALUE,
-    DRIFT_DISTANCE, reference_info(()), REFERENCE_TRACES, RECALIBRATION_REQUIRED,
+    DRIFT_DISTANCE, REFERENCE_INFO, REFERENCE_TRACES, RECALIBRATION_REQUIRED,
     REFERENCE_BUCKETS,
 )
 # Exported only while the otlp intake is on (`otlp_topic`).
 OTLP_FAMILIES: Final = (OTLP_MESSAGES, OTLP_SPANS, OTLP_TRACES, OTLP_PENDING)
 # Every metric family name ragmon exports (dashboards and alert rules use only these).
 METRICS: Final = tuple(family.exposed for family in FAMILIES)
+
+_PLACEHOLDER = re.compile(r"<([A-Z][A-Z_]*)>")
+T = TypeVar("T")
+
+
+def spell(template: str) -> str:
+    """`template` with each `<NAME>` of a family declared here (`<TRACES>`) replaced by its
+    exposed name (`ragmon_traces_total`). The alert rule and dashboard generators write
+    metric names this way, so a family renamed here is renamed there; an unknown name
+    raises."""
+    def exposed(match: re.Match[str]) -> str:
+        family = globals().get(match.group(1))
+        if not isinstance(family, Family):
+            raise KeyError(f"<{match.group(1)}> is no metric family of "
+                           "monitor/export/catalog.py")
+        return family.exposed
+    return _PLACEHOLDER.sub(exposed, template)
+
+
+def spelled(doc: T) -> T:
+    """`doc` (strings in lists, tuples and dicts, as deep as they go) with every string
+    spelled out (`spell`)."""
+    found: Any = doc
+    if isinstance(found, str):
+        found = spell(found)
+    elif isinstance(found, list | tuple):
+        found = type(found)(spelled(item) for item in found)
+    elif isinstance(found, dict):
+        found = {spelled(key): spelled(value) for key, value in found.items()}
+    return found  # type: ignore[no-any-return]

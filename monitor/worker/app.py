@@ -71,7 +71,7 @@ class Worker:
     def __init__(self, settings: Settings, app: faust.App) -> None:
         self.settings = settings
         self.app = app
-        self._folding = asyncio.Lock()
+        self.folding = asyncio.Lock()
         self.pages = Pages(settings.metrics_host, settings.metrics_port, settings.series_budget,
                            settings.metrics_detail == "full", settings.metrics_refresh_seconds,
                            settings.web_config_file,
@@ -126,7 +126,7 @@ class Worker:
         # One batch at a time, and never during a revoke or a rewind (they take the lock
         # too): a checkpoint never holds a batch's counts without its offsets, nor a
         # de-duplication segment of a batch it does not hold.
-        async with self._folding:
+        async with self.folding:
             if not consumer.current(batch):
                 self.health.batches_dropped += 1
                 return
@@ -175,7 +175,7 @@ class Worker:
             return
         assigned = {tp.partition for tp in self.app.consumer.assignment()
                     if tp.topic == self.settings.topic_spans}
-        async with self._folding:
+        async with self.folding:
             await self.retrying(partial(self.spans.tick, assigned), "spans: quiet partitions")
 
     async def _fold_batch(self, kind: str, topic: str,
@@ -209,7 +209,7 @@ class Worker:
         """Drop the states of `partitions` (and the span buffers of `spans`) once the
         batch folding now is checkpointed (a revoke waits for it: its new owner restores
         that checkpoint)."""
-        async with self._folding:
+        async with self.folding:
             await self.partitions.forget(partitions)
             if self.spans is not None:
                 self.spans.forget(spans or set())

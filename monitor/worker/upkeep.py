@@ -1,7 +1,8 @@
 """The worker's upkeep timers: the stall watchdog and the topic check.
 
 Both run beside the agents (monitor/worker/app.py schedules them) and act on the worker
-only through its partitions and its Faust consumer.
+only through what `Tended` names: its partitions, its Faust consumer, its topic ids and
+the lock its folds hold.
 """
 
 from __future__ import annotations
@@ -9,23 +10,44 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Any, Protocol, TypeVar
 
+from monitor.settings import Settings
 from monitor.worker import stall, topics
+from monitor.worker.batches import Batch
+from monitor.worker.partitions import Partitions
 from monitor.worker.provision import ensure_topics, input_topics, topic_ids
 from monitor.worker.rewind import lost_offsets, rewind
+from monitor.worker.spans import SpanStage
 
-if TYPE_CHECKING:
-    from monitor.worker.app import Worker
-    from monitor.worker.batches import Batch
+__all__ = ["Tended", "check_stall", "check_topics", "log_replaced"]
 
-__all__ = ["check_stall", "check_topics", "log_replaced"]
+T = TypeVar("T")
 
 log = logging.getLogger("ragmon.worker")
 
 
-async def check_stall(worker: Worker) -> None:
+class Tended(Protocol):
+    """What the upkeep timers read and change of a worker (`app.Worker` is one)."""
+
+    settings: Settings
+    app: Any  # the Faust app: its consumer's assignment, and rewinds
+    partitions: Partitions
+    partials: topics.Tail  # stage two's reader of the state topic
+    spans: SpanStage | None
+    topics: frozenset[str]  # the input topics whose partition p is one state
+    topic_ids: dict[str, str]  # of the input topics, as last seen
+    folding: asyncio.Lock  # held by whatever folds until its checkpoint is delivered
+    last_progress: float  # monotonic time of the last batch (or restore, or check)
+
+    def restart_in_place(self) -> None: ...
+
+    async def retrying(self, attempt: Callable[[], Awaitable[T]], what: str) -> T: ...
+
+
+async def check_stall(worker: Tended) -> None:
     """Restart in place when owned partitions hold unread decisions and no batch has
     completed for `stall_seconds` (see monitor/worker/stall.py)."""
     # A restore is progress too.
@@ -53,7 +75,7 @@ async def check_stall(worker: Worker) -> None:
     worker.last_progress = time.monotonic()  # caught up: look again after another period
 
 
-async def check_topics(worker: Worker) -> None:
+async def check_topics(worker: Tended) -> None:
     """Put ragmon's topics back in shape (monitor/worker/provision.py), and read again from
     the beginning every owned input partition whose topic id changed or whose
     committed offset lies beyond the log's end (monitor/worker/rewind.py).
@@ -86,7 +108,7 @@ async def check_topics(worker: Worker) -> None:
         log.warning("%s", line)
     log.warning("reading partitions %s again from the beginning",
                 sorted({tp.partition for tp in assigned}))
-    async with worker._folding:
+    async with worker.folding:
         await worker.partitions.forget({tp.partition for tp in assigned
                                         if tp.topic in worker.topics})
         if worker.spans is not None:  # the span buffers restore from the new log too
@@ -98,7 +120,7 @@ async def check_topics(worker: Worker) -> None:
     worker.last_progress = time.monotonic()
 
 
-async def log_replaced(worker: Worker, batch: Batch) -> bool:
+async def log_replaced(worker: Tended, batch: Batch) -> bool:
     """Whether `batch` starts a partition held here at or behind an offset it already
     applied, in a topic that now has a new id. A broker that lost its log starts
     offsets again at 0 and the consumer, its position out of range, reads from there,

@@ -1,0 +1,1 @@
+"""The generators of ragmon's Prometheus rules (run `python alerts/generate.py`)."""
