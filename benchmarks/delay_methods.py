@@ -69,7 +69,7 @@ class _OneSampleShare(det.Bernoulli):
         return det.Bernoulli(self.p, self.sign).glr(n, t)
 
 
-def _budget_threshold(family: det.Family) -> float:
+def _budget_threshold(family: det.NullModel) -> float:
     """The threshold giving ARL0 on `family`'s own null simulation (thresholds.run_lengths,
     40 strata of the reference's uncertainty), extrapolated past the simulation's reach."""
     hs, arls, alarms = run_lengths(family, W, 3000, draws=40)

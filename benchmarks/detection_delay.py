@@ -111,7 +111,7 @@ def ragmon(kind: str, sign: int, limit: int,
     spec = cells.spec(LAYOUT, signal, "up" if sign > 0 else "down", log_odds)
     cell_signal = signal.removesuffix("_spread")
 
-    def family_of(ref: np.ndarray, armed: det.Family | None) -> det.Family:
+    def family_of(ref: np.ndarray, armed: det.NullModel | None) -> det.NullModel:
         built = spec.build(cells.cell_of(LAYOUT, cell_signal, ref), armed)
         assert built is not None
         return at_budget(with_shape(built[0], W, armed), ARL0 / W)
@@ -123,13 +123,13 @@ def ragmon(kind: str, sign: int, limit: int,
         values = [ref]
 
         def step(x: np.ndarray) -> bool:
-            alarm = d.update(*spec.window(cells.cell_of(LAYOUT, cell_signal, x), d.family)).alarm
+            alarm = d.update(*spec.window(cells.cell_of(LAYOUT, cell_signal, x), d.model)).alarm
             growth.block.append(x)
             ready = growth.observe(len(x), alarm)
             if ready:
                 values.extend(ready)
-                d.family = family_of(np.concatenate(values), d.family)
-                d.threshold = ragmon_threshold(d.family, W, ARL0 / W)
+                d.model = family_of(np.concatenate(values), d.model)
+                d.threshold = ragmon_threshold(d.model, W, ARL0 / W)
             return alarm
         return step
     return make

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = np.arange(low, int(stats.binom.ppf(1 - 1e-9, REF, args.share)) + 1)
     total, alarms = np.zeros(len(budgets)), np.zeros(len(budgets), np.int64)
     for k in counts:
-        family: det.Family = (shares.Odds(k / REF, sign, REF) if args.family == "odds"
+        family: det.NullModel = (shares.Odds(k / REF, sign, REF) if args.family == "odds"
                               else det.Bernoulli(k / REF, sign, REF))
         t = rng.binomial(args.window, args.share, (args.streams, args.steps))
         n = np.full(args.steps, float(args.window))

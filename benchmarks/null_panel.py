@@ -148,7 +148,7 @@ def window_sizes(shape: Shape, window: int, steps: int) -> np.ndarray:
     return np.maximum(1, np.round(window * swing)).astype(np.int64)
 
 
-def null_windows(shape: Shape, spec: Spec, family: det.Family, lay: Layout, sizes: np.ndarray,
+def null_windows(shape: Shape, spec: Spec, family: det.NullModel, lay: Layout, sizes: np.ndarray,
                  chains: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """(n, t) of `chains` streams of stationary windows of the true law: n (C, L), t (C, L, 1).
     A signal's traces are read as the stream reads a window's histogram (its bins'

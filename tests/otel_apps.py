@@ -25,7 +25,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 CONTENT_MARKER = "SECRET-CONTENT-7f3a"
-REASONS = {"answer": "ok", "partial": "critical_claim_unsupported", "abstain": "weak_retrieval"}
+DECIDED_REASONS = {"answer": "ok", "partial": "critical_claim_unsupported",
+                   "abstain": "weak_retrieval"}
 
 # The instrumentor patches langchain-core once per process: one provider and exporter
 # for every LangChain app of a test session, drained by each app.
@@ -72,14 +73,14 @@ def langchain_app(requests: int, seed: int = 1) -> tuple[list[ReadableSpan], Dec
 
     def gate(answer: str) -> str:
         release = rng.choice(["lc-1", "lc-2"])
-        decision = rng.choice(list(REASONS))
+        decision = rng.choice(list(DECIDED_REASONS))
         span = get_current_span()
         span.set_attribute("rag.decision", decision)
-        span.set_attribute("rag.reason", REASONS[decision])
+        span.set_attribute("rag.reason", DECIDED_REASONS[decision])
         span.set_attribute("rag.release", release)
         span.set_attribute("rag.slice.language", rng.choice(["en", "de"]))
         span.set_attribute("rag.signals.top_score", round(rng.uniform(0.2, 0.9), 3))
-        decided[(release, decision, REASONS[decision])] += 1
+        decided[(release, decision, DECIDED_REASONS[decision])] += 1
         return answer
 
     model = FakeListChatModel(responses=[f"{CONTENT_MARKER} answer"])
@@ -128,9 +129,9 @@ def genai_app(requests: int, seed: int = 2,
                     chat.set_attribute("gen_ai.input.messages", json.dumps(
                         [{"role": "user", "parts": [{"type": "text", "content": CONTENT_MARKER}]}]))
                     chat.set_attribute("gen_ai.output.messages", json.dumps([CONTENT_MARKER]))
-            decision = rng.choice(list(REASONS))
+            decision = rng.choice(list(DECIDED_REASONS))
             root.set_attribute("rag.decision", decision)
-            root.set_attribute("rag.reason", REASONS[decision])
+            root.set_attribute("rag.reason", DECIDED_REASONS[decision])
             root.set_attribute("rag.slice.risk", rng.choice(["low", "high"]))
             root.add_event("gen_ai.evaluation.result", {
                 "gen_ai.evaluation.name": "faithfulness",
@@ -141,7 +142,7 @@ def genai_app(requests: int, seed: int = 2,
                                          "rag.claim.entailment": 0.9,
                                          "rag.claim.text": CONTENT_MARKER})
             root.set_attribute("input.value", f"{CONTENT_MARKER} question")
-        decided[(release or "", decision, REASONS[decision])] += 1
+        decided[(release or "", decision, DECIDED_REASONS[decision])] += 1
     return list(exporter.get_finished_spans()), decided
 
 

@@ -287,9 +287,9 @@ def test_a_calibration_pass_arms_every_stream_with_its_own_shape():
     sim = Simulator(seed=2, scenario="steady", rate=20.0, releases=(RELEASE,))
     drift = Drift(layout, DriftConfig(window_seconds=10.0), calibrate_inline=False)
     drift.install(frozen_reference(settings, layout, sim))
-    shaped = [k for k, d in drift.detectors.items() if getattr(d.family, "atoms", None)]
+    shaped = [k for k, d in drift.detectors.items() if getattr(d.model, "atoms", None)]
     assert shaped and not drift.calibrated
     drift.calibrate()
     assert drift.calibrated
     assert all(np.isfinite(d.threshold) for d in drift.detectors.values())
-    assert all(drift.calibrated_for[k] is d.family for k, d in drift.detectors.items())
+    assert all(drift.calibrated_for[k] is d.model for k, d in drift.detectors.items())

@@ -20,7 +20,7 @@ from strategies import traces
 
 from monitor.aggregate.pipeline import Pipeline
 from monitor.ingest.contract import CONTENT_FIELDS, to_json
-from monitor.ingest.parse import REASONS, Accepted, Rejection, parse
+from monitor.ingest.parse import REJECTION_REASONS, Accepted, Rejection, parse
 from monitor.settings import load
 
 SECRET = "SECRET-CONTENT-4711"
@@ -142,7 +142,7 @@ def adversarial_messages_are_accounted_for(trace, rng):
         result = parse(raw)
         assert isinstance(result, Accepted | Rejection)
         if isinstance(result, Rejection):
-            assert result.reason in REASONS
+            assert result.reason in REJECTION_REASONS
             assert SECRET.encode() not in result.payload
         else:
             assert SECRET.encode() not in to_json(result.event)

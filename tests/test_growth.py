@@ -69,7 +69,7 @@ def test_a_steady_release_grows_its_reference_to_the_limit():
     # its detectors judge against the grown reference, with history kept
     key = next(k for k in run.drift.detectors
                if k.release == "2026.11.3" and k.dimension == "" and k.signal == "top_score")
-    assert run.drift.detectors[key].family.n_ref == reference.traces
+    assert run.drift.detectors[key].model.n_ref == reference.traces
     assert np.isfinite(run.drift.detectors[key].threshold)
 
 

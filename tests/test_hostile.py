@@ -18,7 +18,7 @@ from monitor.aggregate.pipeline import Pipeline
 from monitor.cli import main
 from monitor.export.collector import Collector, snapshot_of
 from monitor.export.snapshot import Health
-from monitor.ingest.parse import REASONS, Accepted, Rejection, parse
+from monitor.ingest.parse import REJECTION_REASONS, Accepted, Rejection, parse
 from monitor.ingest.slices import Slicer
 from monitor.settings import load
 from monitor.simulate import Simulator
@@ -68,7 +68,7 @@ def test_parse_is_total_on_every_case():
         result = parse(raw)
         assert isinstance(result, Accepted | Rejection), name
         if isinstance(result, Rejection):
-            assert result.reason in REASONS, (name, result.reason)
+            assert result.reason in REJECTION_REASONS, (name, result.reason)
             assert MARKER.encode() not in result.payload, name
             outcomes[result.reason] += 1
         else:

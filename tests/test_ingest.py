@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from strategies import traces
 
 from monitor.ingest.contract import Feedback, Label, Trace, to_json
-from monitor.ingest.parse import REASONS, Accepted, Rejection, parse
+from monitor.ingest.parse import REJECTION_REASONS, Accepted, Rejection, parse
 from monitor.ingest.slices import Cap, Slicer, query_length
 
 BAD_REASONS = [
@@ -23,7 +23,7 @@ BAD_REASONS = [
 def test_bad_examples_are_rejected_with_their_reasons(examples):
     results = [parse(raw) for raw in lines(examples / "bad-traces.jsonl")]
     assert [r.reason for r in results[:10] if isinstance(r, Rejection)] == BAD_REASONS
-    assert all(r.reason in REASONS for r in results[:10])
+    assert all(r.reason in REJECTION_REASONS for r in results[:10])
     valid = results[10]
     assert isinstance(valid, Accepted)
     assert valid.content_fields_dropped == 2

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "monitor"
 # A unit may import only units of a lower rank, and modules of its own stage package.
 RANKS = {
     "memory": 0,  # gc tuning and heap trims, used by every process
-    "messages": 0,  # length-prefixed pickles between ragmon's own processes
+    "frames": 0,  # length-prefixed pickles between ragmon's own processes
     "ingest": 1,  # bytes -> events or rejections; the contract
     "settings_files": 2,  # settings files, secrets, variables that look like typos
     "settings": 2.5,  # names the contract's dimensions

@@ -99,7 +99,7 @@ def test_a_young_share_is_watched_by_the_glr_at_a_long_budget():
     def watching(config: DriftConfig) -> set[type]:
         drift = Drift(layout, config, calibrate_inline=False)
         drift.install(reference)
-        return {type(d.family) for k, d in drift.detectors.items()
+        return {type(d.model) for k, d in drift.detectors.items()
                 if k.signal == "critical_claim_unsupported_rate"}
 
     long_budget = watching(DriftConfig(window_seconds=10.0))
@@ -169,7 +169,7 @@ def test_streams_of_small_references_are_watched_and_say_so():
     for key, verdict in verdicts.items():
         if key not in drift.detectors:
             continue  # a leak: an incident, not a stream
-        family = drift.detectors[key].family
+        family = drift.detectors[key].model
         if verdict.status != "alarm":
             statuses[shares.small_reference(family)] = statuses.get(
                 shares.small_reference(family), set()) | {verdict.status}

@@ -146,7 +146,7 @@ def cli_page() -> str:
 
 def summary_page() -> str:
     from monitor.cli import main
-    from monitor.ingest.parse import REASONS
+    from monitor.ingest.parse import REJECTION_REASONS
 
     examples = ROOT / "examples"
     with tempfile.TemporaryDirectory() as folder:
@@ -170,7 +170,7 @@ def summary_page() -> str:
         "`releases.<release>.slices.<dimension>.<value>` one slice of it, both of the same "
         "shape.", "",
         "Rejection reasons (`rejected_by_reason`, `ragmon_rejected_total{reason}`, the "
-        "dead letter's `ragmon.reason` header): " + ", ".join(f"`{r}`" for r in REASONS)
+        "dead letter's `ragmon.reason` header): " + ", ".join(f"`{r}`" for r in REJECTION_REASONS)
         + "; and `late` for traces behind the allowed lateness.", "",
         "```json", json.dumps(summary, indent=2), "```", ""])
 

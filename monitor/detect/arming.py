@@ -14,7 +14,7 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
-from monitor.detect.detectors import Detector, Family
+from monitor.detect.detectors import Detector, NullModel
 
 __all__ = ["fair_order", "to_calibrate"]
 
@@ -29,14 +29,14 @@ class _Keyed(Protocol):
 K = TypeVar("K", bound=_Keyed)
 
 
-def to_calibrate(detectors: Mapping[K, Detector], calibrated_for: Mapping[K, Family],
-                 window_n: Mapping[K, float]) -> list[tuple[K, Detector, Family]]:
-    """(key, detector, its family now) of the detectors without a threshold for the
-    family they have now: the unarmed first, each group in `fair_order`."""
+def to_calibrate(detectors: Mapping[K, Detector], calibrated_for: Mapping[K, NullModel],
+                 window_n: Mapping[K, float]) -> list[tuple[K, Detector, NullModel]]:
+    """(key, detector, its null model now) of the detectors without a threshold for the
+    model they have now: the unarmed first, each group in `fair_order`."""
     detectors = dict(detectors)  # one copy (atomic under the GIL): the fold goes on
-    todo = [(key, detectors[key], detectors[key].family)
+    todo = [(key, detectors[key], detectors[key].model)
             for key in fair_order(list(detectors), window_n)
-            if calibrated_for.get(key) is not detectors[key].family]
+            if calibrated_for.get(key) is not detectors[key].model]
     return sorted(todo, key=lambda item: bool(np.isfinite(item[1].threshold)))  # stable
 
 

@@ -48,11 +48,9 @@ from typing import Final, Literal, Protocol
 import numpy as np
 from scipy import special
 
-__all__ = [
-    "LAGS", "Atoms", "Base", "Bernoulli", "Detector", "Family", "GammaScale", "GaussMean",
-    "Multinomial", "Scores", "Update", "glr_scan", "location", "normal_scores",
-    "share_truths", "spread", "spread_sum", "strata",
-]
+__all__ = ["LAGS", "Atoms", "Base", "Bernoulli", "Detector", "GammaScale", "GaussMean",
+           "Multinomial", "NullModel", "Scores", "Update", "glr_scan", "location",
+           "normal_scores", "share_truths", "spread", "spread_sum", "strata"]
 
 # Candidate change points, in windows back from the newest: a geometric grid loses little
 # against every lag (the GLR surface is flat near its maximum) at a tenth of the cost.
@@ -75,7 +73,7 @@ Base = tuple[np.ndarray, np.ndarray] | None
 Scores = tuple[float, ...]
 
 
-class Family(Protocol):
+class NullModel(Protocol):
     """The null model of one stream: a GLR on cumulative statistics, and null samples."""
 
     @property
@@ -317,7 +315,8 @@ def _xlogy(x: np.ndarray | float, y: np.ndarray | float) -> np.ndarray:
         return np.where(x > 0, x * np.log(np.maximum(y, _TINY)), 0.0)
 
 
-def glr_scan(family: Family, n: np.ndarray, t: np.ndarray, lags: np.ndarray = LAGS) -> np.ndarray:
+def glr_scan(model: NullModel, n: np.ndarray, t: np.ndarray, lags: np.ndarray = LAGS
+             ) -> np.ndarray:
     """The statistic after every window of many streams at once (for calibration, benchmarks).
 
     `n`: (L,) or (C, L) window sizes; `t`: (C, L, width). Returns (C, L): at step i the
@@ -333,7 +332,7 @@ def glr_scan(family: Family, n: np.ndarray, t: np.ndarray, lags: np.ndarray = LA
     for lag in lags:
         start = np.maximum(end - lag, 0)
         base = (pn[:, start] - pn[:, held], pt[:, start] - pt[:, held])
-        g = family.glr(pn[:, end] - pn[:, start], pt[:, end] - pt[:, start], base)
+        g = model.glr(pn[:, end] - pn[:, start], pt[:, end] - pt[:, start], base)
         np.maximum(best, g, out=best)
         if lag >= steps:
             break
@@ -362,14 +361,14 @@ class Detector:
     been re-established from new windows).
     """
 
-    __slots__ = ("_n", "_t", "family", "filled", "head", "threshold")
+    __slots__ = ("_n", "_t", "filled", "head", "model", "threshold")
 
-    def __init__(self, family: Family, threshold: float) -> None:
+    def __init__(self, model: NullModel, threshold: float) -> None:
         size = int(LAGS[-1])
-        self.family = family
+        self.model = model
         self.threshold = threshold
         self._n = np.zeros(size)
-        self._t = np.zeros((size, family.width))
+        self._t = np.zeros((size, model.width))
         self.head = 0    # next slot to write
         self.filled = 0  # windows held
 
@@ -385,7 +384,7 @@ class Detector:
         # The grid's lags that fit, and everything held (as `glr_scan` cuts at the start).
         lags = np.append(LAGS[self.filled > LAGS], self.filled) - 1
         base = (cn[-1] - cn[lags], ct[-1] - ct[lags])
-        g = self.family.glr(cn[lags], ct[lags], base)
+        g = self.model.glr(cn[lags], ct[lags], base)
         best = int(np.argmax(g))
         statistic = float(g[best])
         alarm = statistic > self.threshold

@@ -102,7 +102,7 @@ class Drift:
         self.growth: dict[str, Growth[Accumulator]] = {}
         # The family each threshold was calibrated for, and a count of stream builds (a
         # calibration in a thread sees the fold's builds by it).
-        self.calibrated_for: dict[StreamKey, det.Family] = {}
+        self.calibrated_for: dict[StreamKey, det.NullModel] = {}
         self.built = 0
 
     # --- references ------------------------------------------------------------------
@@ -135,23 +135,23 @@ class Drift:
                 key = StreamKey(reference.release, dimension, value, spec.signal,
                                 spec.direction)
                 detector = self.detectors.get(key)
-                armed = None if detector is None else detector.family
+                armed = None if detector is None else detector.model
                 built = None if cell is None else spec.build(cell, armed)
                 if built is None or built[1] < self.config.min_reference_traces:
                     continue
-                family, n_ref = built
+                model, n_ref = built
                 window_n = n_ref / reference.windows
-                family = with_shape(family, window_n, armed)
-                if detector is not None and detector.family.width == family.width:
-                    detector.family = family
+                model = with_shape(model, window_n, armed)
+                if detector is not None and detector.model.width == model.width:
+                    detector.model = model
                 else:
-                    self.detectors[key] = det.Detector(family, np.inf)
+                    self.detectors[key] = det.Detector(model, np.inf)
                 self.window_n[key] = window_n
         # A young share's CUSUM keeps its budget only at short budgets (shares.at_budget);
         # a stream's budget is known once its family's streams are all built.
         per_family = self._family_sizes()
         for key, detector in self.detectors.items():
-            detector.family = at_budget(detector.family, self._budget(key, per_family))
+            detector.model = at_budget(detector.model, self._budget(key, per_family))
         self.built += 1
 
     def refreeze(self, release: str) -> None:
@@ -171,7 +171,7 @@ class Drift:
             self.last_alarm.pop(key, None)
 
     def calibrate(self) -> None:
-        """Set the threshold of every detector whose family has none yet, from the
+        """Set the threshold of every detector whose null model has none yet, from its
         family's budget. Simulation takes seconds for a new kind of stream: the worker
         runs this in a thread while the fold goes on (detectors wait with an infinite
         threshold: insufficient data); the work list (`arming`) is taken afresh whenever
@@ -185,17 +185,17 @@ class Drift:
                     return
                 continue
             per_family = self._family_sizes()
-            for key, detector, family in todo:
+            for key, detector, model in todo:
                 budget = self._budget(key, per_family)
                 # An unarmed stream with a shape is armed on its model first (cached, ms)
                 # and on its shape (a simulation) when its turn comes again: every stream
                 # armed within seconds, the shape's correction soon after.
-                first = getattr(family, "atoms", None) is not None and not np.isfinite(
+                first = getattr(model, "atoms", None) is not None and not np.isfinite(
                     detector.threshold)
-                model = replace(family, atoms=None) if first else family  # type: ignore[type-var]
-                detector.threshold = threshold(model, max(self.window_n[key], 1e-9), budget)
+                simulated = replace(model, atoms=None) if first else model  # type: ignore[type-var]
+                detector.threshold = threshold(simulated, max(self.window_n[key], 1e-9), budget)
                 if not first:
-                    self.calibrated_for[key] = family
+                    self.calibrated_for[key] = model
                 if self.built != built:
                     break  # new streams: they go first
 
@@ -316,14 +316,14 @@ class Drift:
                 detector = self.detectors.get(key)
                 if detector is None:
                     continue
-                n, t = spec.window(cell, detector.family)
+                n, t = spec.window(cell, detector.model)
                 if n <= 0:
                     continue
                 update = detector.update(n, t)
                 if not np.isfinite(update.threshold):
                     update = replace(update, status="insufficient_data")
                 elif update.status == "ok":
-                    update = replace(update, status=_quiet(detector.family))
+                    update = replace(update, status=_quiet(detector.model))
                 latched = self._is_latched(key, window_start)
                 if update.alarm:
                     self.last_alarm[key] = window_start
@@ -364,7 +364,7 @@ class Drift:
                 verdict = replace(verdict, threshold=detector.threshold)  # calibrated since
                 if verdict.status == "insufficient_data" and np.isfinite(detector.threshold):
                     # armed; judged at its next window
-                    verdict = replace(verdict, status=_quiet(detector.family))
+                    verdict = replace(verdict, status=_quiet(detector.model))
             verdicts[key] = verdict
         references = {r: ref for r, ref in self.references.items() if keep(r)}
         return DriftView(
@@ -378,7 +378,7 @@ class Drift:
         )
 
 
-def _quiet(family: det.Family) -> Literal["ok", "small_reference"]:
+def _quiet(model: det.NullModel) -> Literal["ok", "small_reference"]:
     """The status of an armed stream without an alarm: `small_reference` where its share's
     reference is too small for its budget to be assured (`shares.small_reference`)."""
-    return "small_reference" if small_reference(family) else "ok"
+    return "small_reference" if small_reference(model) else "ok"

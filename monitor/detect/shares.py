@@ -60,7 +60,7 @@ from typing import Final
 import numpy as np
 from scipy import special
 
-from monitor.detect.detectors import Base, Bernoulli, Family, share_truths
+from monitor.detect.detectors import Base, Bernoulli, NullModel, share_truths
 
 __all__ = ["LOG_ODDS", "ODDS_BUDGET", "ODDS_EVENTS", "SMALL_REFERENCE", "Odds", "at_budget", "rate",
            "small_reference"]
@@ -120,7 +120,7 @@ def rate(n_ref: float, events_ref: float, sign: int,
     return Bernoulli(events_ref / n_ref, sign, n_ref)
 
 
-def at_budget(family: Family, budget: float) -> Family:
+def at_budget(family: NullModel, budget: float) -> NullModel:
     """The family that watches a stream whose budget is `budget` windows between false
     alarms: an `Odds` stream's two-sample GLR where the budget is beyond `ODDS_BUDGET`
     (the CUSUM's false alarms run over budget there), else `family` itself."""
@@ -129,7 +129,7 @@ def at_budget(family: Family, budget: float) -> Family:
     return family
 
 
-def small_reference(family: Family) -> bool:
+def small_reference(family: NullModel) -> bool:
     """Whether `family` watches a share whose reference holds fewer than SMALL_REFERENCE
     events of its minority side: watched, but a rare true share can page it more often
     than budgeted (benchmarks/RESULTS.md, "Rare shares")."""

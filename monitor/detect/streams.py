@@ -31,8 +31,8 @@ __all__ = ["EXCLUDED_SIGNALS", "SHAPE_WINDOW_MAX", "Spec", "distances", "held_ou
 EXCLUDED_SIGNALS: Final = ("latency_ms", "cost")
 
 
-# (reference cell, the family the stream was armed with or None) -> (null model, n_ref)
-Builder = Callable[[Cell, det.Family | None], tuple[det.Family, float] | None]
+# (reference cell, the null model the stream was armed with or None) -> (null model, n_ref)
+Builder = Callable[[Cell, det.NullModel | None], tuple[det.NullModel, float] | None]
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,8 @@ class Spec:
     signal: str
     direction: str
     family: str  # the alert family sharing one false-alarm budget
-    build: Builder  # (reference cell, the stream's armed family) -> (null model, n_ref)
-    window: Callable[[Cell, det.Family], tuple[float, list[float]]]  # -> (n, t)
+    build: Builder  # (reference cell, the stream's armed model) -> (null model, n_ref)
+    window: Callable[[Cell, det.NullModel], tuple[float, list[float]]]  # -> (n, t)
     value: Callable[[Cell], float | None]  # the quantity shown beside the statistic
 
 
@@ -54,17 +54,17 @@ class Spec:
 SHAPE_WINDOW_MAX: Final = 200.0
 
 
-def with_shape(family: det.Family, window_n: float, armed: det.Family | None) -> det.Family:
-    """`family` with the reference shape its calibration uses: none in windows of
+def with_shape(model: det.NullModel, window_n: float, armed: det.NullModel | None) -> det.NullModel:
+    """`model` with the reference shape its calibration uses: none in windows of
     SHAPE_WINDOW_MAX traces or more; the shape a stream was armed with (`armed`) when its
     reference grows (the histogram moves a little with every block, and a new shape
     would be simulated again for every stream at every growth)."""
-    if getattr(family, "atoms", None) is None:
-        return family
+    if getattr(model, "atoms", None) is None:
+        return model
     if window_n >= SHAPE_WINDOW_MAX:
-        return replace(family, atoms=None)  # type: ignore[type-var]
+        return replace(model, atoms=None)  # type: ignore[type-var]
     kept = getattr(armed, "atoms", None)
-    return family if kept is None else replace(family, atoms=kept)  # type: ignore[type-var]
+    return model if kept is None else replace(model, atoms=kept)  # type: ignore[type-var]
 
 
 def stream_specs(layout: Layout, log_odds: float = shares.LOG_ODDS) -> list[Spec]:
@@ -153,7 +153,7 @@ def _bins(hist: Histogram, cell: Cell) -> np.ndarray:
     return cell.counts[hist.offset: hist.offset + hist.width].astype(np.float64)
 
 
-def _scored(hist: Histogram, cell: Cell, armed: det.Family | None
+def _scored(hist: Histogram, cell: Cell, armed: det.NullModel | None
             ) -> tuple[det.Scores, float, float, float, float, det.Atoms | None] | None:
     """(scores, n, mean, variance, 4th central moment, shape) of the cell's traces read as
     scores: the armed stream's (a grown reference keeps what its windows were read as),
@@ -189,7 +189,7 @@ def shape_of(values: np.ndarray, weights: np.ndarray) -> det.Atoms | None:
 
 
 def _location(hist: Histogram, sign: int) -> Builder:
-    def build(cell: Cell, armed: det.Family | None = None) -> tuple[det.Family, float] | None:
+    def build(cell: Cell, armed: det.NullModel | None = None) -> tuple[det.NullModel, float] | None:
         scored = _scored(hist, cell, armed)
         if scored is None:
             return None
@@ -199,7 +199,7 @@ def _location(hist: Histogram, sign: int) -> Builder:
 
 
 def _spread(hist: Histogram, sign: int) -> Builder:
-    def build(cell: Cell, armed: det.Family | None = None) -> tuple[det.Family, float] | None:
+    def build(cell: Cell, armed: det.NullModel | None = None) -> tuple[det.NullModel, float] | None:
         scored = _scored(hist, cell, armed)
         if scored is None:
             return None
@@ -209,23 +209,23 @@ def _spread(hist: Histogram, sign: int) -> Builder:
     return build
 
 
-def _score_sums(hist: Histogram, cell: Cell, family: det.Family) -> tuple[float, float, float]:
+def _score_sums(hist: Histogram, cell: Cell, model: det.NullModel) -> tuple[float, float, float]:
     """(traces, sum of scores, sum of squared scores) of a window's cell."""
     bins = _bins(hist, cell)
-    s = np.asarray(getattr(family, "scores", ()))
+    s = np.asarray(getattr(model, "scores", ()))
     return float(bins.sum()), float(bins @ s), float(bins @ (s * s))
 
 
-def _location_window(hist: Histogram) -> Callable[[Cell, det.Family], tuple[float, list[float]]]:
-    def window(cell: Cell, family: det.Family) -> tuple[float, list[float]]:
-        n, total, _ = _score_sums(hist, cell, family)
+def _location_window(hist: Histogram) -> Callable[[Cell, det.NullModel], tuple[float, list[float]]]:
+    def window(cell: Cell, model: det.NullModel) -> tuple[float, list[float]]:
+        n, total, _ = _score_sums(hist, cell, model)
         return n, [total]
     return window
 
 
-def _spread_window(hist: Histogram) -> Callable[[Cell, det.Family], tuple[float, list[float]]]:
-    def window(cell: Cell, family: det.Family) -> tuple[float, list[float]]:
-        dof, squares = det.spread_sum(*_score_sums(hist, cell, family))
+def _spread_window(hist: Histogram) -> Callable[[Cell, det.NullModel], tuple[float, list[float]]]:
+    def window(cell: Cell, model: det.NullModel) -> tuple[float, list[float]]:
+        dof, squares = det.spread_sum(*_score_sums(hist, cell, model))
         return dof, [squares]
     return window
 
@@ -256,12 +256,13 @@ def _rate_spec(signal: str, direction: str, sign: int, events: tuple[int, ...],
         return (float(sum(cell.counts[i] for i in totals)),
                 float(sum(cell.counts[i] for i in events)))
 
-    def build(cell: Cell, _armed: det.Family | None = None) -> tuple[det.Family, float] | None:
+    def build(cell: Cell,
+              _armed: det.NullModel | None = None) -> tuple[det.NullModel, float] | None:
         n, k = counts(cell)
-        family = shares.rate(n, k, sign, log_odds)
-        return None if family is None else (family, n)
+        model = shares.rate(n, k, sign, log_odds)
+        return None if model is None else (model, n)
 
-    def window(cell: Cell, _family: det.Family) -> tuple[float, list[float]]:
+    def window(cell: Cell, _model: det.NullModel) -> tuple[float, list[float]]:
         n, k = counts(cell)
         return n, [k]
 
@@ -276,7 +277,8 @@ _MIX_MIN_SHARE: Final = 0.02
 
 
 def _mix(cols: list[int]) -> Builder:
-    def build(cell: Cell, _armed: det.Family | None = None) -> tuple[det.Family, float] | None:
+    def build(cell: Cell,
+              _armed: det.NullModel | None = None) -> tuple[det.NullModel, float] | None:
         k = cell.counts[cols].astype(np.float64)
         n = float(k.sum())
         if n <= 0:
@@ -294,7 +296,7 @@ def _mix(cols: list[int]) -> Builder:
     return build
 
 
-def _mix_window(cell: Cell, family: det.Family) -> tuple[float, list[float]]:
-    assert isinstance(family, det.Multinomial)
-    counts = [float(cell.counts[list(g)].sum()) for g in family.groups]
+def _mix_window(cell: Cell, model: det.NullModel) -> tuple[float, list[float]]:
+    assert isinstance(model, det.Multinomial)
+    counts = [float(cell.counts[list(g)].sum()) for g in model.groups]
     return sum(counts), counts

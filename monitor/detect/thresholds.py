@@ -46,7 +46,14 @@ from typing import Final, cast
 
 import numpy as np
 
-from monitor.detect.detectors import Bernoulli, Family, GammaScale, GaussMean, Multinomial, glr_scan
+from monitor.detect.detectors import (
+    Bernoulli,
+    GammaScale,
+    GaussMean,
+    Multinomial,
+    NullModel,
+    glr_scan,
+)
 from monitor.detect.empirical import Empirical
 from monitor.detect.shares import Odds
 
@@ -74,7 +81,7 @@ def arl0_windows(days: float, streams: int, window_seconds: float) -> float:
     return max(1, streams) * days * 86_400.0 / window_seconds
 
 
-def threshold(family: Family, window_n: float, arl0: float) -> float:
+def threshold(family: NullModel, window_n: float, arl0: float) -> float:
     """The threshold giving `arl0` windows between false alarms (calibrated, cached).
 
     A location or spread stream that carries its reference's shape (`atoms`) gets the
@@ -145,7 +152,7 @@ def empirical_key(family: GaussMean | GammaScale, window_n: float) -> Empirical 
     return Empirical("spread", atoms, family.sign, round(_fine(family.shape), 3))
 
 
-def _model_threshold(family: Family, window_n: float, arl0: float) -> float:
+def _model_threshold(family: NullModel, window_n: float, arl0: float) -> float:
     hs, log_arls = _curve(*calibration_key(family, window_n))
     target = math.log(max(arl0, 1.0))
     if target <= log_arls[-1]:
@@ -160,7 +167,7 @@ def _model_threshold(family: Family, window_n: float, arl0: float) -> float:
     return float(hs[-1] + (target - log_arls[-1]) / slope)
 
 
-def calibration_key(family: Family, window_n: float) -> tuple[Family, float]:
+def calibration_key(family: NullModel, window_n: float) -> tuple[NullModel, float]:
     """A coarse copy of `family` and window size that gives (nearly) the same threshold,
     so that many streams share one simulation. Gaussian GLRs are pivotal: only the
     reference size relative to the window matters; so is a share with >= 10 expected
@@ -215,7 +222,7 @@ def calibration_key(family: Family, window_n: float) -> tuple[Family, float]:
 
 
 @lru_cache(maxsize=1024)
-def _curve(family: Family, window_n: float) -> tuple[np.ndarray, np.ndarray]:
+def _curve(family: NullModel, window_n: float) -> tuple[np.ndarray, np.ndarray]:
     """(thresholds, log ARL0) measured where enough alarms make the estimate trustworthy."""
     path = _cache_path(family, window_n)
     if path is None:
@@ -238,7 +245,7 @@ def _load(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
         return None  # absent or unreadable
 
 
-def _simulate(family: Family, window_n: float) -> tuple[np.ndarray, np.ndarray]:
+def _simulate(family: NullModel, window_n: float) -> tuple[np.ndarray, np.ndarray]:
     if isinstance(family, Empirical):  # known exactly: no draws of the truth to average
         hs, arls, alarms = run_lengths(family, window_n, _SHIFT_STEPS, draws=1,
                                        repeat=_SHIFT_CHAINS)
@@ -250,7 +257,7 @@ def _simulate(family: Family, window_n: float) -> tuple[np.ndarray, np.ndarray]:
     return hs[ok], np.log(np.maximum.accumulate(arls[ok]))
 
 
-def _cache_path(family: Family, window_n: float) -> Path | None:
+def _cache_path(family: NullModel, window_n: float) -> Path | None:
     """Where a calibration is kept between processes: the simulation is deterministic
     (seed 0) and takes seconds to a minute per key, so a restarted worker, a replay and a
     test run reuse it. Named by the key and `CALIBRATION_VERSION`.
@@ -263,14 +270,14 @@ def _cache_path(family: Family, window_n: float) -> Path | None:
     return base / key_name(family, window_n)
 
 
-def key_name(family: Family, window_n: float) -> str:
+def key_name(family: NullModel, window_n: float) -> str:
     """The file name of a calibration key under this calibration version."""
     key = repr((CALIBRATION_VERSION, family, window_n, _STEPS, _MIN_ALARMS))
     return f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.npz"
 
 
 def _save(path: Path, curve: tuple[np.ndarray, np.ndarray],
-          key: tuple[Family, float]) -> None:
+          key: tuple[NullModel, float]) -> None:
     """Write a curve whole, with its version and (pickled) key, so that `ship` can check
     it and a test can simulate it again."""
     try:
@@ -283,22 +290,22 @@ def _save(path: Path, curve: tuple[np.ndarray, np.ndarray],
         pass  # a read-only home: calibrate again next time
 
 
-def saved_key(path: Path) -> tuple[Family, float] | None:
+def saved_key(path: Path) -> tuple[NullModel, float] | None:
     """The calibration key a saved curve was made for (None if it does not say)."""
     return _saved(path)[1]
 
 
-def _saved(path: Path) -> tuple[int | None, tuple[Family, float] | None]:
+def _saved(path: Path) -> tuple[int | None, tuple[NullModel, float] | None]:
     """(version, key) a saved curve says it was made under (None where it does not)."""
     try:
         with np.load(path) as saved:
             version = int(saved["version"])
-            return version, cast(tuple[Family, float], pickle.loads(saved["key"].tobytes()))
+            return version, cast(tuple[NullModel, float], pickle.loads(saved["key"].tobytes()))
     except (OSError, ValueError, KeyError, EOFError, pickle.UnpicklingError, AttributeError):
         return None, None
 
 
-def run_lengths(family: Family, window_n: float, steps: int, draws: int = 20,
+def run_lengths(family: NullModel, window_n: float, steps: int, draws: int = 20,
                 repeat: int = 25, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Simulated ARL0 (windows) on a grid of thresholds: (thresholds, arl0, alarms seen)."""
     rng = np.random.default_rng(seed)

@@ -18,7 +18,7 @@ from monitor.detect.drift import DriftView
 from monitor.export import catalog as c
 from monitor.export.snapshot import ALL, Snapshot
 from monitor.ingest.contract import COMPONENT_NAMES
-from monitor.ingest.parse import REASONS
+from monitor.ingest.parse import REJECTION_REASONS
 from monitor.ingest.spanbuffer import SPAN_OUTCOMES, TRACE_OUTCOMES
 
 __all__ = ["DRIFT_FLOOR", "SIGNAL_BUCKETS", "buckets", "drift", "health"]
@@ -52,7 +52,7 @@ def health(snap: Snapshot, budget: int) -> list[Metric]:
         c.INPUT_MESSAGES.of(((k,), v) for k, v in sorted(snap.input.items())
                             if k != "content_fields_dropped"),
         # Every reason from the start (zero until seen): rate() and alerts need the series.
-        c.REJECTED.of(((k,), v) for k, v in sorted({**dict.fromkeys(REASONS, 0),
+        c.REJECTED.of(((k,), v) for k, v in sorted({**dict.fromkeys(REJECTION_REASONS, 0),
                                                     **snap.rejected}.items())),
         c.CONTENT_FIELDS_DROPPED.of([((), snap.input.get("content_fields_dropped", 0)
                                      + (snap.otlp or {}).get("content_fields_dropped", 0))]),

@@ -52,7 +52,7 @@ from monitor.export.collector import PortInUse, cannot_listen, families
 from monitor.export.http import CLOSE_REASONS, Limits, Request, Response, Server, text
 from monitor.export.snapshot import Snapshot
 from monitor.export.webconfig import WebConfigError, WebConfigFile
-from monitor.messages import pack_message, read_message
+from monitor.frames import pack_frame, read_frame
 
 __all__ = ["DEMAND_SECONDS", "RENDER_SHARE", "Book", "Endpoint", "Pages", "serve_pages"]
 
@@ -230,7 +230,7 @@ def serve_pages(sock: socket.socket, host: str, port: int, budget: int, full: bo
         error = cannot_listen(host, port, exc)
     else:
         error = None
-    for part in pack_message(error):
+    for part in pack_frame(error):
         sock.sendall(part)
     if error is not None:
         return
@@ -267,7 +267,7 @@ def _hear(sock: socket.socket, endpoint: Endpoint, arrived: queue.SimpleQueue[An
     snapshots asked for; exit the process when the worker is gone."""
     while True:
         try:
-            message = read_message(sock)
+            message = read_frame(sock)
         except OSError:
             message = None
         if message is None:
@@ -303,7 +303,7 @@ class Pages:
                                        name="ragmon-pages", daemon=True)
         self.process.start()
         theirs.close()
-        first = read_message(ours)
+        first = read_frame(ours)
         error = pickle.loads(first) if first is not None else "the page process exited"
         if error is not None:
             ours.close()
@@ -343,7 +343,7 @@ class Pages:
         sock.setblocking(True)  # the page process reads at once: a few ms at most
         try:
             for message in send:
-                for part in pack_message(message):
+                for part in pack_frame(message):
                     sock.sendall(part)
         except OSError:
             return

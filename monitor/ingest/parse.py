@@ -26,10 +26,10 @@ from monitor.ingest.contract import CONTENT_FIELDS, Event, Feedback, Label, Trac
 from monitor.ingest.parts import Unusual, decode_trace
 from monitor.ingest.rules import problem
 
-__all__ = ["REASONS", "Accepted", "Rejection", "parse", "payload_form", "strip_content",
+__all__ = ["REJECTION_REASONS", "Accepted", "Rejection", "parse", "payload_form", "strip_content",
            "unparsed_payload"]
 
-REASONS: Final = (
+REJECTION_REASONS: Final = (
     "not_json",
     "not_object",
     "unknown_schema",

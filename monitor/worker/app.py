@@ -18,8 +18,8 @@ replay after a rebalance (faust-streaming #502) count once. Traces, labels and f
 are keyed by trace_id, so partition p of each topic belongs to the same state. Each
 batch's first sightings of trace ids go to the seen topic before the checkpoint, so the
 de-duplication horizon survives too. Checkpoints and restores live in
-monitor/worker/partitions.py, the partition states and the fold in a child process
-(monitor/worker/child.py), the checkpoint format in monitor/aggregate/checkpoint.py.
+monitor/worker/partitions.py, the partition states and the fold in the states process
+(monitor/worker/states.py), the checkpoint format in monitor/aggregate/checkpoint.py.
 
 Stage two (monitor/worker/merge.py): once a second every worker merges the newest checkpoint
 of every partition and exports, and detects on, the releases it owns.

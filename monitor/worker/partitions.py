@@ -1,6 +1,6 @@
 """The partitions a worker folds into, and how their state survives a crash or a move.
 
-Each partition has one pipeline (held by the states process, `monitor/worker/child.py`) and
+Each partition has one pipeline (held by the states process, `monitor/worker/states.py`) and
 the last offset it applied per source topic. After
 every batch, the partitions the batch touched are written to the broker: first each
 one's new first sightings of trace ids as a de-duplication segment (compacted topic
@@ -25,12 +25,11 @@ from collections.abc import Awaitable, Iterable
 from typing import Any, cast
 
 from monitor.export.snapshot import Health, Local
+from monitor.frames import FRAME_LENGTH, pack_frame
 from monitor.ingest.spans import Forwarded
-from monitor.messages import MESSAGE_LENGTH, pack_message
 from monitor.settings import Settings
-from monitor.worker import child as states
-from monitor.worker import topics
-from monitor.worker.child import (
+from monitor.worker import states, topics
+from monitor.worker.states import (
     Folded,
     FoldGroups,
     Forget,
@@ -47,7 +46,7 @@ log = logging.getLogger("ragmon.worker")
 
 
 class Partitions:
-    """The partitions held here: their states (in a child process, `monitor/worker/child.py`),
+    """The partitions held here: their states (in the states process, `monitor/worker/states.py`),
     checkpoints, segments and restores."""
 
     def __init__(self, settings: Settings, state_topic: Any, seen_topic: Any,
@@ -63,7 +62,7 @@ class Partitions:
         self.applied_here: dict[int, int] = {}
         self.restored_at = 0.0  # monotonic time of the last restore (progress, for stalls)
         self._recovering = asyncio.Lock()
-        self._child = _Child(settings)
+        self._states = _StatesProcess(settings)
 
     @property
     def recovering(self) -> bool:
@@ -81,7 +80,7 @@ class Partitions:
         checkpoint is then what the old state would have written."""
         folded: list[Folded] = []
         while groups:
-            done, missing, skipped = await self._child.fold(kind, groups)
+            done, missing, skipped = await self._states.fold(kind, groups)
             folded += done
             self.health.replayed_skipped += skipped
             for partition in missing:
@@ -95,10 +94,10 @@ class Partitions:
     async def forward(self, raws: list[bytes],
                       sources: list[tuple[str, int, int]]) -> Forwarded:
         """OTLP messages -> fragment records (monitor/worker/spans.py), in the states process."""
-        return await self._child.forward(raws, sources)
+        return await self._states.forward(raws, sources)
 
     async def refresh_local(self) -> None:
-        self.local = await self._child.local()
+        self.local = await self._states.local()
 
     async def checkpoint(self, folded: list[Folded]) -> None:
         """For each partition a batch touched: its first sightings (so that a restart keeps
@@ -165,7 +164,7 @@ class Partitions:
             topics.read_topic(settings, settings.topic_seen, partition,
                               lambda k: k.startswith(key + b":seen:")))
         blob = heads.get(key)
-        offsets, seen = await self._child.restore(partition, blob,
+        offsets, seen = await self._states.restore(partition, blob,
                                                   list(segments_read.values()))
         log.info("partition %d: state %s, offsets %s, %d trace ids restored", partition,
                  "restored" if blob else "new", offsets, seen)
@@ -184,17 +183,17 @@ class Partitions:
         """Drop states of partitions this worker no longer owns (the new owner restores)."""
         for partition in partitions:
             self.offsets.pop(partition, None)
-        await self._child.forget(sorted(partitions))
+        await self._states.forget(sorted(partitions))
 
 
-class _Child:
+class _StatesProcess:
     """The process holding the partition states (`states.serve`), one request at a time,
-    one method per request (`monitor.worker.child.Request`).
+    one method per request (`monitor.worker.states.Request`).
 
     Started with `spawn` (a fork would copy the Faust process's threads and event
     loop). Requests and replies are frames on a socket pair read by the event loop
     itself: a thread waiting on a pipe took the interpreter lock from Faust's drain in
-    5 ms slices (the switch interval) for every chunk of a batch. The child exits when
+    5 ms slices (the switch interval) for every chunk of a batch. The states process exits when
     this process goes away; if it dies, so does this process: the states are gone, and
     a restart restores them from their checkpoints."""
 
@@ -230,7 +229,7 @@ class _Child:
     async def _call(self, request: Request) -> Any:
         async with self._lock:
             try:
-                ok, value = pickle.loads(await self._roundtrip(pack_message(request)))
+                ok, value = pickle.loads(await self._roundtrip(pack_frame(request)))
             except (OSError, EOFError, asyncio.IncompleteReadError):
                 log.critical("the states process (pid %s) died (exit code %s): exiting, so "
                              "that a restart restores the partitions from their checkpoints",
@@ -246,6 +245,6 @@ class _Child:
         reader, writer = self._streams
         writer.writelines(request)
         await writer.drain()
-        (size,) = MESSAGE_LENGTH.unpack(
-            await reader.readexactly(MESSAGE_LENGTH.size))
+        (size,) = FRAME_LENGTH.unpack(
+            await reader.readexactly(FRAME_LENGTH.size))
         return await reader.readexactly(size)

@@ -2,15 +2,15 @@
 
 The streaming worker is bound by Faust's per-message drain, which holds the worker
 process's interpreter lock; folding and checkpointing in that process took ~50 us per
-trace from it (`benchmarks/RESULTS.md`). So the partition states live in a child process
-(`serve`), and the Faust process only hands it each batch's raw values and offsets and
-sends back what it returns: dead letters, de-duplication segments, checkpoints and
-tombstones. The child holds no broker connection: restores are read by the Faust
-process and handed in as bytes.
+trace from it (`benchmarks/RESULTS.md`). So the partition states live in a process of
+their own, the states process (`serve`, named `ragmon-states`), and the Faust process
+only hands it each batch's raw values and offsets and sends back what it returns: dead
+letters, de-duplication segments, checkpoints and tombstones. It holds no broker
+connection: restores are read by the Faust process and handed in as bytes.
 
-`States` is the plain-value part (no I/O): tests and the child use the same class. The
-requests are typed (`Restore`, `FoldGroups`, `Forget`, `ReadLocal`: one per method of
-`States`; `Forward`, the otlp intake's decoding, needs no state), and
+`States` is the plain-value part (no I/O): tests and the states process use the same
+class. The requests are typed (`Restore`, `FoldGroups`, `Forget`, `ReadLocal`: one per
+method of `States`; `Forward`, the otlp intake's decoding, needs no state), and
 `monitor/worker/partitions.py` has one client method per request.
 """
 
@@ -29,10 +29,10 @@ from monitor.aggregate import checkpoint
 from monitor.aggregate.admission import failed
 from monitor.aggregate.pipeline import Pipeline, slicer_of
 from monitor.export.snapshot import Local, local_of
+from monitor.frames import pack_frame, read_frame
 from monitor.ingest.parse import Rejection
 from monitor.ingest.slices import Cap
 from monitor.ingest.spans import forward
-from monitor.messages import pack_message, read_message
 from monitor.settings import Settings
 
 __all__ = [
@@ -281,23 +281,23 @@ def answer(states: States, request: Request) -> Any:
 
 
 def serve(sock: socket.socket, settings: Settings) -> None:
-    """The child process: answer requests (`Request`) on `sock` with `(True, value)` or
+    """The states process: answer requests (`Request`) on `sock` with `(True, value)` or
     `(False, traceback)` until the Faust process goes away (end of file on `sock`: a
     kill -9 of the worker takes its states with it, and the next owner restores).
 
-    Messages are an 8-byte big-endian length and a pickle (`pack_message`,
-    `read_message`)."""
+    Messages are an 8-byte big-endian length and a pickle (`pack_frame`,
+    `read_frame`)."""
     memory.tune_gc()  # a long fold over state without reference cycles (as replay)
     trimmed = time.monotonic()
     states = States(settings)
     with sock:
-        while (request := read_message(sock)) is not None:
+        while (request := read_frame(sock)) is not None:
             try:
                 reply: tuple[bool, Any] = (True, answer(states, pickle.loads(request)))
             except Exception:
                 reply = (False, traceback.format_exc())
             try:
-                for part in pack_message(reply):
+                for part in pack_frame(reply):
                     sock.sendall(part)
             except OSError:
                 return

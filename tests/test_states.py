@@ -10,12 +10,12 @@ import socket
 from conftest import assert_same
 
 from monitor.aggregate.pipeline import Pipeline
+from monitor.frames import pack_frame, read_frame
 from monitor.ingest.slices import Cap
-from monitor.messages import pack_message, read_message
 from monitor.offline.replay import build
 from monitor.settings import load as load_settings
 from monitor.simulate import Simulator
-from monitor.worker.child import (
+from monitor.worker.states import (
     FoldGroups,
     Group,
     Request,
@@ -73,9 +73,9 @@ def test_the_child_serves_requests_and_exits_when_the_worker_goes():
     theirs.close()
 
     def call(request: Request | str) -> tuple[bool, object]:
-        for part in pack_message(request):
+        for part in pack_frame(request):
             ours.sendall(part)
-        reply = read_message(ours)
+        reply = read_frame(ours)
         assert reply is not None
         return pickle.loads(reply)  # type: ignore[no-any-return]
 
