@@ -14,7 +14,11 @@ from libc.stdlib cimport free, realloc
 from libc.string cimport memset
 
 from monitor.aggregate.table import TOTAL
+from monitor.ingest.contract import DECISIONS, IMPORTANCES, SELF_CHECKS, VERDICTS
 from monitor.ingest.contract import Check, Claim, Requirements, Trace, Usage
+from monitor.ingest.meaning import ANSWERED
+
+cdef frozenset _ANSWERED = ANSWERED
 
 
 # Fields of the contract's Structs are read from their slots. msgspec stores each field
@@ -128,12 +132,12 @@ cdef class Codes:
         self.input_tokens_sum = s["input_tokens_sum"]
         self.output_tokens_sum = s["output_tokens_sum"]
         self.model_calls_sum = s["model_calls_sum"]
-        self.decision = {d: col[f"decision_{d}"] for d in ("answer", "partial", "abstain")}
+        self.decision = {d: col[f"decision_{d}"] for d in DECISIONS}
         self.reason = {code: layout.reason_column(code) for code in layout.reasons}
         self.claim = {i: {v: col[f"claims_{i}_{v}"]
-                          for v in ("supported", "unsupported", "contradicted")}
-                      for i in ("critical", "normal")}
-        self.self_check = {v: col[f"self_check_{v}"] for v in ("pass", "reject", "skipped")}
+                          for v in VERDICTS}
+                      for i in IMPORTANCES}
+        self.self_check = {v: col[f"self_check_{v}"] for v in SELF_CHECKS}
         self.evals = {name: (col[f"eval_{name}"], s[f"eval_{name}"]) for name in layout.evals}
         self.hists = [Hist(h.name, h.edges, h.offset, h.count_col, h.sum_col)
                       for h in layout.histograms.values()]
@@ -280,7 +284,7 @@ def fold(list traces, list rows, long long[:, ::1] counts, double[:, ::1] sums,
                 elif importance == "critical" and _slot(c, C_RENDERED):
                     leak = True
             # A gate leak (CONTRACT.md): answered with a rendered, unsupported critical claim.
-            if leak and decision != "abstain":
+            if leak and decision in _ANSWERED:
                 bump(counts, cells, nrows, codes.gate_leaks)
             if codes.ratio is not None and "supported_claim_ratio" not in signals:
                 observe(counts, sums, cells, nrows, codes.ratio, <double>supported / claimed)

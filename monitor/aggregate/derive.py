@@ -8,25 +8,16 @@ resolution is one bin width; means are exact (sum / count).
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 
 from monitor.aggregate.layout import Histogram, Layout
 from monitor.aggregate.table import Cell
 from monitor.ingest.contract import DECISIONS
+from monitor.ingest.meaning import LABEL_RATES
 
-__all__ = ["LABEL_RATES", "quantile", "ratio", "summarize"]
-
-# CONTRACT.md's label-based rates: name -> (numerator, denominator) label outcome columns.
-LABEL_RATES: Final = {
-    "unsupported_answer_rate": ("answered_uc_true", "answered_uc_known"),
-    "false_abstention_rate": ("abstained_answerable_true", "abstained_answerable_known"),
-    "selective_accuracy": ("answered_correct_true", "answered_correct_known"),
-    "unsupported_answering_on_unanswerable": ("unanswerable_answered", "unanswerable"),
-    "correct_on_answerable": ("answerable_answered_correct", "answerable"),
-}
-
+__all__ = ["quantile", "ratio", "summarize"]
 
 def ratio(numerator: float, denominator: float) -> float | None:
     return None if denominator <= 0 else float(numerator) / float(denominator)

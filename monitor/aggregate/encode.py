@@ -14,14 +14,26 @@ from typing import NamedTuple
 import numpy as np
 
 from monitor.aggregate.layout import Histogram, Layout
-from monitor.ingest.contract import DECISIONS, Feedback, Label, Trace
+from monitor.ingest.contract import (
+    DECISIONS,
+    IMPORTANCES,
+    SELF_CHECKS,
+    VERDICTS,
+    Feedback,
+    Label,
+    Trace,
+)
+from monitor.ingest.meaning import (
+    gate_leak,
+    label_outcomes,
+    requirement_outcome,
+    supported_claim_ratio,
+    verbatim_failure,
+)
 
 __all__ = [
     "Contributions", "encode", "feedback_columns", "label_columns",
 ]
-
-_ANSWERED = frozenset({"answer", "partial"})
-
 
 class Contributions(NamedTuple):
     count_trace: np.ndarray  # int64, one entry per +1
@@ -132,64 +144,45 @@ def _claims(traces: Sequence[Trace], layout: Layout, out: _Columns,
     if not claimed:
         return
     out.count(claimed, col["claims_traces"])
-    kind = {(i, v): col[f"claims_{i}_{v}"] for i in ("critical", "normal")
-            for v in ("supported", "unsupported", "contradicted")}
+    kind = {(i, v): col[f"claims_{i}_{v}"] for i in IMPORTANCES for v in VERDICTS}
     flat = [(i, c) for i in claimed for c in traces[i].claims]
     out.count([i for i, _ in flat], [kind[c.importance, c.verdict] for _, c in flat])
-    # A gate leak (CONTRACT.md): answered with a rendered, unsupported critical claim.
-    leaked = {i for i, c in flat
-              if c.importance == "critical" and c.verdict != "supported" and c.rendered}
-    out.count(sorted(i for i in leaked if traces[i].decision != "abstain"), col["gate_leaks"])
+    out.count([i for i in claimed if gate_leak(traces[i])], col["gate_leaks"])
     if ratio is None:  # the signal is not configured
         return
     derive = [i for i in claimed if "supported_claim_ratio" not in traces[i].signals]
     ratio[0].extend(derive)
-    ratio[1].extend(sum(c.verdict == "supported" for c in traces[i].claims)
-                    / len(traces[i].claims) for i in derive)
+    ratio[1].extend(supported_claim_ratio(traces[i]) or 0.0 for i in derive)
 
 
 def _requirements(traces: Sequence[Trace], layout: Layout, out: _Columns,
                   extras: list[tuple[int, str, str]],
                   admit_missing: Callable[[str], str]) -> None:
     col = layout.counts
-    with_req = [(i, t.requirements) for i, t in enumerate(traces)
-                if t.requirements is not None and t.requirements.expected]
+    outcomes = [(i, t.requirements, requirement_outcome(t.requirements))
+                for i, t in enumerate(traces)]
+    with_req = [(i, req, found) for i, req, found in outcomes if found is not None]
     if not with_req:
         return
-    idx = [i for i, _ in with_req]
-    out.count(idx, col["requirements_traces"])
-    coverage: list[float] = []
-    complete: list[int] = []
-    critical_missed: list[int] = []
-    for i, req in with_req:
+    out.count([i for i, _, _ in with_req], col["requirements_traces"])
+    for i, req, found in with_req:
         assert req is not None
-        covered = req.covered
-        expected = req.expected
-        missing = {e for e in expected if e not in covered}
-        if missing:
-            for name in sorted(missing):
-                extras.append((i, "missing", admit_missing(name)))
-            distinct = len(set(expected))
-            coverage.append((distinct - len(missing)) / distinct)
-        else:
-            complete.append(i)
-            coverage.append(1.0)
-        if req.critical and any(c not in covered for c in req.critical):
-            critical_missed.append(i)
+        extras.extend((i, "missing", admit_missing(name)) for name in found.missing)
         extras.append((i, "rubric", req.rubric or "unversioned"))
-    out.count(complete, col["requirements_all"])
-    out.count(critical_missed, col["requirements_critical_missed"])
-    out.add(idx, layout.sums["coverage_sum"], coverage)
+    out.count([i for i, _, found in with_req if found.all_required], col["requirements_all"])
+    out.count([i for i, _, found in with_req if found.critical_missed],
+              col["requirements_critical_missed"])
+    out.add([i for i, _, _ in with_req], layout.sums["coverage_sum"],
+            [found.coverage for _, _, found in with_req])
 
 
 def _checks(traces: Sequence[Trace], layout: Layout, out: _Columns) -> None:
     col = layout.counts
     checks = [(i, t.checks) for i, t in enumerate(traces) if t.checks is not None]
-    cited = [(i, c) for i, c in checks if c.citation]
-    out.count([i for i, _ in cited], col["citation_true"])
-    out.count([i for i, c in cited if c.verbatim is False],
-              col["citation_verbatim_false"])
-    self_check = {v: col[f"self_check_{v}"] for v in ("pass", "reject", "skipped")}
+    failed = [(i, verbatim_failure(c)) for i, c in checks]
+    out.count([i for i, f in failed if f is not None], col["citation_true"])
+    out.count([i for i, f in failed if f], col["citation_verbatim_false"])
+    self_check = {v: col[f"self_check_{v}"] for v in SELF_CHECKS}
     judged = [(i, c.self_check) for i, c in checks
               if c.self_check is not None]
     out.count([i for i, _ in judged], [self_check[v] for _, v in judged])
@@ -214,30 +207,8 @@ def _usage(traces: Sequence[Trace], layout: Layout, out: _Columns,
 
 
 def label_columns(layout: Layout, decision: str, label: Label) -> list[int]:
-    """Count columns one label adds to its trace's cells (see `layout.LABEL_COUNTS`)."""
-    answered = decision in _ANSWERED
-    names = ["labelled"]
-    if answered and label.unsupported_critical is not None:
-        names.append("answered_uc_known")
-        if label.unsupported_critical:
-            names.append("answered_uc_true")
-    if not answered and label.answerable is not None:
-        names.append("abstained_answerable_known")
-        if label.answerable:
-            names.append("abstained_answerable_true")
-    if answered and label.correct is not None:
-        names.append("answered_correct_known")
-        if label.correct:
-            names.append("answered_correct_true")
-    if label.answerable is False:
-        names.append("unanswerable")
-        if answered:
-            names.append("unanswerable_answered")
-    if label.answerable is True:
-        names.append("answerable")
-        if answered and label.correct:
-            names.append("answerable_answered_correct")
-    return [layout.counts[f"label_{name}"] for name in names]
+    """Count columns one label adds to its trace's cells (`meaning.label_outcomes`)."""
+    return [layout.counts[f"label_{name}"] for name in label_outcomes(decision, label)]
 
 
 def feedback_columns(layout: Layout, feedback: Feedback) -> list[int]:

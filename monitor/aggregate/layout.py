@@ -12,25 +12,19 @@ from typing import Final
 
 import numpy as np
 
-from monitor.ingest.contract import DECISIONS
+from monitor.ingest.contract import DECISIONS, IMPORTANCES, SELF_CHECKS, VERDICTS
+from monitor.ingest.meaning import LABEL_OUTCOMES
 from monitor.settings import Settings
 
 __all__ = ["CLAIM_KINDS", "LABEL_COUNTS", "Histogram", "Layout", "from_settings"]
 
 CLAIM_KINDS: Final = tuple(
     f"{importance}_{verdict}"
-    for importance in ("critical", "normal")
-    for verdict in ("supported", "unsupported", "contradicted")
+    for importance in IMPORTANCES
+    for verdict in VERDICTS
 )
-# Label outcomes, named <population>_<outcome>; each rate of CONTRACT.md is a ratio of two.
-LABEL_COUNTS: Final = (
-    "labelled",
-    "answered_uc_known", "answered_uc_true",            # unsupported answer rate
-    "abstained_answerable_known", "abstained_answerable_true",  # false abstention rate
-    "answered_correct_known", "answered_correct_true",  # selective accuracy
-    "unanswerable", "unanswerable_answered",            # unsupported answering on unanswerable
-    "answerable", "answerable_answered_correct",        # correct on answerable
-)
+# Label outcomes (`meaning.LABEL_OUTCOMES`); each label rate is a ratio of two.
+LABEL_COUNTS: Final = LABEL_OUTCOMES
 SCALAR_COUNTS: Final = (
     "traces",
     *(f"decision_{d}" for d in DECISIONS),
@@ -39,7 +33,7 @@ SCALAR_COUNTS: Final = (
     "gate_leaks",
     "requirements_traces", "requirements_all", "requirements_critical_missed",
     "citation_true", "citation_verbatim_false",
-    "self_check_pass", "self_check_reject", "self_check_skipped",
+    *(f"self_check_{v}" for v in SELF_CHECKS),
     "usage_traces",
     "feedback_up", "feedback_down",
     *(f"label_{name}" for name in LABEL_COUNTS),

@@ -27,7 +27,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector as _Collector
 from prometheus_client.samples import Exemplar
 
-from monitor.aggregate.derive import LABEL_RATES, ratio
+from monitor.aggregate.derive import ratio
 from monitor.aggregate.layout import CLAIM_KINDS, LABEL_COUNTS, Layout
 from monitor.aggregate.table import TOTAL, Cell, CellKey
 from monitor.export import catalog as c
@@ -35,6 +35,7 @@ from monitor.export import health as status
 from monitor.export.catalog import METRICS
 from monitor.export.snapshot import ALL, Snapshot, snapshot_of
 from monitor.ingest.contract import DECISIONS
+from monitor.ingest.meaning import LABEL_RATES
 
 __all__ = [
     "ALL",

@@ -14,7 +14,7 @@ ignores the other unknown fields, as the contract says, before decoding again.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Final, Literal
+from typing import Annotated, Final, Literal, get_args
 
 import msgspec
 from msgspec import Meta, Struct
@@ -25,23 +25,30 @@ __all__ = [
     "DECISIONS",
     "DECISION_SCHEMA",
     "FEEDBACK_SCHEMA",
+    "IMPORTANCES",
     "KNOWN_REASONS",
     "LABEL_SCHEMA",
     "OTEL_SPAN_ID_FORMAT",
     "OTEL_TRACE_ID_FORMAT",
+    "SELF_CHECKS",
     "TRACE_ID_FORMAT",
+    "VERDICTS",
     "Check",
     "Claim",
     "Components",
+    "Decision",
     "Event",
     "Feedback",
+    "Importance",
     "Label",
     "Otel",
     "Requirements",
     "Retrieval",
+    "SelfCheck",
     "System",
     "Trace",
     "Usage",
+    "Verdict",
     "to_json",
 ]
 
@@ -49,7 +56,16 @@ DECISION_SCHEMA: Final = "rag-decision/1"
 LABEL_SCHEMA: Final = "rag-label/1"
 FEEDBACK_SCHEMA: Final = "rag-feedback/1"
 
-DECISIONS: Final = ("answer", "partial", "abstain")
+# The contract's closed vocabularies, each spelled once: the models use the Literals, the
+# layout's columns and the compiled fold the tuples read from them.
+Decision = Literal["answer", "partial", "abstain"]
+Importance = Literal["critical", "normal"]
+Verdict = Literal["supported", "unsupported", "contradicted"]
+SelfCheck = Literal["pass", "reject", "skipped"]
+DECISIONS: Final[tuple[Decision, ...]] = get_args(Decision)
+IMPORTANCES: Final[tuple[Importance, ...]] = get_args(Importance)
+VERDICTS: Final[tuple[Verdict, ...]] = get_args(Verdict)
+SELF_CHECKS: Final[tuple[SelfCheck, ...]] = get_args(SelfCheck)
 KNOWN_REASONS: Final = (
     "weak_retrieval",
     "missing_query_constraints",
@@ -116,8 +132,8 @@ class Retrieval(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
 
 
 class Claim(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
-    importance: Literal["critical", "normal"]
-    verdict: Literal["supported", "unsupported", "contradicted"]
+    importance: Importance
+    verdict: Verdict
     id: Annotated[str, Meta(max_length=128)] | None = None
     entailment: float | None = None
     evidence: list[Annotated[str, Meta(max_length=256)]] = []
@@ -134,7 +150,7 @@ class Requirements(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
 class Check(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
     citation: bool | None = None
     verbatim: bool | None = None
-    self_check: Literal["pass", "reject", "skipped"] | None = None
+    self_check: SelfCheck | None = None
 
 
 class Usage(Struct, frozen=True, gc=False, forbid_unknown_fields=True):
@@ -152,7 +168,7 @@ class Trace(Struct, frozen=True, gc=False, forbid_unknown_fields=True,
     trace_id: TraceId
     ts: datetime
     system: System
-    decision: Literal["answer", "partial", "abstain"]
+    decision: Decision
     reason: ReasonCode | None = None
     otel: Otel | None = None
     slice: dict[Annotated[str, Meta(max_length=64)], SliceValue] = {}

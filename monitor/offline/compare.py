@@ -23,6 +23,7 @@ from typing import Any, Final
 import numpy as np
 
 from monitor.ingest.contract import DECISIONS, KNOWN_REASONS
+from monitor.ingest.meaning import LABEL_RATES
 from monitor.offline.frame import UNKNOWN, Frame
 
 __all__ = ["MEDIAN", "Comparison", "compare", "projection", "ratio_metrics"]
@@ -64,8 +65,6 @@ def ratio_metrics(frame: Frame) -> tuple[dict[str, np.ndarray], list[tuple[str, 
     answered = frame.answered
     one = np.ones(len(frame))
     abstained = ~answered
-    known = {name: getattr(frame, name) != UNKNOWN
-             for name in ("answerable", "correct", "unsupported_critical")}
     has_req = ~np.isnan(frame.coverage)
     cols: dict[str, np.ndarray] = {
         "traces": one,
@@ -81,16 +80,7 @@ def ratio_metrics(frame: Frame) -> tuple[dict[str, np.ndarray], list[tuple[str, 
         "verbatim_failure": frame.verbatim_failure == 1,
         "self_check": frame.self_check_pass != UNKNOWN,
         "self_check_reject": frame.self_check_pass == 0,
-        "answered_uc_known": answered & known["unsupported_critical"],
-        "answered_uc": answered & (frame.unsupported_critical == 1),
-        "abstained_answerable_known": abstained & known["answerable"],
-        "abstained_answerable": abstained & (frame.answerable == 1),
-        "answered_correct_known": answered & known["correct"],
-        "answered_correct": answered & (frame.correct == 1),
-        "unanswerable": frame.answerable == 0,
-        "unanswerable_answered": answered & (frame.answerable == 0),
-        "answerable": frame.answerable == 1,
-        "answerable_answered_correct": answered & (frame.answerable == 1) & (frame.correct == 1),
+        **{f"label_{name}": column for name, column in frame.outcomes.items()},
         "cost_known": ~np.isnan(frame.cost),
         "cost": np.nan_to_num(frame.cost),
     }
@@ -118,15 +108,9 @@ def ratio_metrics(frame: Frame) -> tuple[dict[str, np.ndarray], list[tuple[str, 
         present = ~np.isnan(values)
         cols[f"signal_{name}_n"], cols[f"signal_{name}"] = present, np.nan_to_num(values)
         metrics.append((f"signals.{name}.mean", f"signal_{name}", f"signal_{name}_n"))
-    metrics += [
-        ("labels.unsupported_answer_rate", "answered_uc", "answered_uc_known"),
-        ("labels.false_abstention_rate", "abstained_answerable", "abstained_answerable_known"),
-        ("labels.selective_accuracy", "answered_correct", "answered_correct_known"),
-        ("labels.unsupported_answering_on_unanswerable", "unanswerable_answered",
-         "unanswerable"),
-        ("labels.correct_on_answerable", "answerable_answered_correct", "answerable"),
-        ("usage.cost_mean", "cost", "cost_known"),
-    ]
+    metrics += [(f"labels.{rate}", f"label_{num}", f"label_{den}")
+                for rate, (num, den) in LABEL_RATES.items()]
+    metrics.append(("usage.cost_mean", "cost", "cost_known"))
     return {k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}, metrics
 
 

@@ -5,7 +5,9 @@ replay the gate), not window statistics. A `Frame` holds them as numpy columns, 
 from the same validated traces as everything else (rejected lines are counted by
 reason, never silently skipped), with labels joined by trace_id under the stream's
 rules: a human label beats a judge label, a later label of the same source beats an
-earlier one. Unknown booleans are -1, missing numbers NaN.
+earlier one. What a trace and its label mean (gate leak, coverage, label outcomes, ...) is
+read from `monitor/ingest/meaning.py`, as the stream reads it. Unknown booleans are -1,
+missing numbers NaN.
 """
 
 from __future__ import annotations
@@ -19,10 +21,18 @@ import numpy as np
 
 from monitor.aggregate.joins import replaces
 from monitor.ingest.contract import COMPONENT_NAMES, DECISIONS, Label, Trace
+from monitor.ingest.meaning import (
+    LABEL_OUTCOMES,
+    gate_leak,
+    label_outcomes,
+    requirement_outcome,
+    supported_claim_ratio,
+    verbatim_failure,
+)
 from monitor.ingest.parse import Rejection, parse
 from monitor.ingest.slices import query_length
 
-__all__ = ["UNKNOWN", "Frame", "Loaded", "load", "supported_claim_ratio"]
+__all__ = ["UNKNOWN", "Frame", "Loaded", "load"]
 
 E = TypeVar("E", Trace, Label)
 UNKNOWN: Final = -1
@@ -54,6 +64,7 @@ class Frame:
     answerable: np.ndarray               # int8 label
     correct: np.ndarray                  # int8 label
     unsupported_critical: np.ndarray     # int8 label
+    outcomes: dict[str, np.ndarray]      # label outcome (meaning.LABEL_OUTCOMES) -> bool
 
     def __len__(self) -> int:
         return len(self.release)
@@ -145,6 +156,8 @@ def load(trace_lines: Iterable[bytes], label_lines: Iterable[bytes] = (),
         frame.answerable[row] = _flag(label.answerable)
         frame.correct[row] = _flag(label.correct)
         frame.unsupported_critical[row] = _flag(label.unsupported_critical)
+        for name in label_outcomes(DECISIONS[frame.decision[row]], label):
+            frame.outcomes[name][row] = True
     labels_read = labels_valid + sum(labels_rejected.values())
     return Loaded(frame, read, rejected, duplicates, labels_read, labels_rejected, unmatched,
                   versions, rubrics)
@@ -170,16 +183,6 @@ def _valid(lines: Iterable[bytes], expect: type[E], rejected: Counter[str]) -> I
                 rejected[parsed.reason] += 1
             else:
                 yield parsed.event  # type: ignore[misc]
-
-
-def supported_claim_ratio(trace: Trace) -> float:
-    """CONTRACT.md: the signal if given, else supported claims / all claims (NaN if none)."""
-    value = trace.signals.get("supported_claim_ratio")
-    if value is not None:
-        return value
-    if not trace.claims:
-        return float("nan")
-    return sum(c.verdict == "supported" for c in trace.claims) / len(trace.claims)
 
 
 def _flag(value: bool | None) -> int:
@@ -212,23 +215,23 @@ def _columns(traces: list[Trace], dimensions: tuple[str, ...]) -> Frame:
         for name, value in t.signals.items():
             if name in signals:
                 signals[name][i] = value
-        signals["supported_claim_ratio"][i] = supported_claim_ratio(t)
+        ratio = supported_claim_ratio(t)
+        signals["supported_claim_ratio"][i] = np.nan if ratio is None else ratio
         critical = [c for c in t.claims if c.importance == "critical"]
         contradiction[i] = any(c.verdict == "contradicted" for c in critical)
         if t.claims:
             ints["claims_unsupported"][i] = any(c.verdict != "supported" for c in critical)
-        if "critical_support" not in t.signals and t.claims:
-            signals["critical_support"][i] = (
-                sum(c.verdict == "supported" for c in critical) / len(critical)
-                if critical else 1.0)
-        leak[i] = t.decision != "abstain" and any(
-            c.rendered and c.verdict != "supported" for c in critical)
-        _requirements(t, i, ints, floats)
-        if t.checks is not None:
-            if t.checks.citation:
-                ints["verbatim_failure"][i] = t.checks.verbatim is False
-            if t.checks.self_check in _SELF_CHECK:
-                ints["self_check_pass"][i] = _SELF_CHECK[t.checks.self_check]
+        leak[i] = gate_leak(t)
+        requirements = requirement_outcome(t.requirements)
+        if requirements is not None:
+            floats["coverage"][i] = requirements.coverage
+            ints["all_required"][i] = requirements.all_required
+            ints["critical_missed"][i] = requirements.critical_missed
+        failure = verbatim_failure(t.checks)
+        if failure is not None:
+            ints["verbatim_failure"][i] = failure
+        if t.checks is not None and t.checks.self_check in _SELF_CHECK:
+            ints["self_check_pass"][i] = _SELF_CHECK[t.checks.self_check]
         if t.usage is not None:
             for name in ("latency_ms", "cost"):
                 value = getattr(t.usage, name)
@@ -238,15 +241,6 @@ def _columns(traces: list[Trace], dimensions: tuple[str, ...]) -> Frame:
         release=np.array(release, dtype=object), cluster=np.array(cluster, dtype=object),
         slices={dim: np.array(values, dtype=object) for dim, values in slices.items()},
         decision=decision, reason=np.array(reason, dtype=object), signals=signals,
-        critical_contradiction=contradiction, gate_leak=leak, **ints, **floats)
+        critical_contradiction=contradiction, gate_leak=leak,
+        outcomes={name: np.zeros(n, dtype=bool) for name in LABEL_OUTCOMES}, **ints, **floats)
 
-
-def _requirements(t: Trace, i: int, ints: dict[str, np.ndarray],
-                  floats: dict[str, np.ndarray]) -> None:
-    req = t.requirements
-    if req is None or not req.expected:
-        return
-    expected, covered = set(req.expected), set(req.covered)
-    floats["coverage"][i] = len(expected & covered) / len(expected)
-    ints["all_required"][i] = expected <= covered
-    ints["critical_missed"][i] = not set(req.critical) <= covered
