@@ -272,8 +272,8 @@ def test_the_arming_work_list_puts_unarmed_streams_first_and_releases_side_by_si
     window_n = {k: n for k, n in zip(keys, (50, 900, 40, 80, 900, 10, 5), strict=True)}
     detectors = {k: det.Detector(family, np.inf) for k in keys}
     detectors[key("a", "language", "en")].threshold = 5.0  # armed: its reference grew
-    calibrated_for = {key("b", "source"): family}  # done for this very family
-    order = [k for k, _, _ in arming.to_calibrate(detectors, calibrated_for, window_n)]
+    armed_with = {key("b", "source"): family}  # done for this very family
+    order = [k for k, _, _ in arming.to_arm(detectors, armed_with, window_n)]
     assert order == [key("a", ""), key("b", ""), key("b", "language", "de"),
                      key("a", "language", "de"), key("a", "risk"),
                      key("a", "language", "en")]
@@ -285,11 +285,11 @@ def test_a_calibration_pass_arms_every_stream_with_its_own_shape():
     settings = load(slice_dimensions="language")  # few slices: few shapes to simulate
     layout = from_settings(settings)
     sim = Simulator(seed=2, scenario="steady", rate=20.0, releases=(RELEASE,))
-    drift = Drift(layout, DriftConfig(window_seconds=10.0), calibrate_inline=False)
+    drift = Drift(layout, DriftConfig(window_seconds=10.0), arm_inline=False)
     drift.install(frozen_reference(settings, layout, sim))
     shaped = [k for k, d in drift.detectors.items() if getattr(d.model, "atoms", None)]
-    assert shaped and not drift.calibrated
-    drift.calibrate()
-    assert drift.calibrated
+    assert shaped and not drift.armed
+    drift.arm()
+    assert drift.armed
     assert all(np.isfinite(d.threshold) for d in drift.detectors.values())
-    assert all(drift.calibrated_for[k] is d.model for k, d in drift.detectors.items())
+    assert all(drift.armed_with[k] is d.model for k, d in drift.detectors.items())

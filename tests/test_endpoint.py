@@ -261,7 +261,13 @@ def test_probes_without_auth_when_the_web_config_says_so(pki, snapshot):
     try:
         port, tls = pages.args[1], client_context(pki)
         assert request(port, "/healthz", context=tls)[:2] == (200, b"ok\n")
-        assert request(port, "/readyz", context=tls)[0] == 200
+        # The page process hears from the (test's) worker a moment after it starts.
+        deadline = time.monotonic() + 30
+        while b"no word from the worker yet" in (ready := request(port, "/readyz",
+                                                                   context=tls))[1]:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert ready[0] == 200
         assert request(port, "/metrics", context=tls)[0] == 401
         assert request(port, "/nothing", context=tls)[0] == 401  # no hint without auth
     finally:

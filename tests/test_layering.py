@@ -1,4 +1,4 @@
-"""The shape of the package: stages in the order data flows, imports only backwards,
+"""The shape of the package: layers in the order data flows, imports only backwards,
 no cycles, one home per third-party library, every module declares its surface."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "monitor"
-# A unit may import only units of a lower rank, and modules of its own stage package.
+# A unit may import only units of a lower rank, and modules of its own layer package.
 RANKS = {
     "memory": 0,  # gc tuning and heap trims, used by every process
     "frames": 0,  # length-prefixed pickles between ragmon's own processes
@@ -31,7 +31,7 @@ RANKS = {
     "demo": 10,
     "cli": 11,  # wires everything; nothing imports it
 }
-STAGE_ORDER = ["ingest", "aggregate", "detect", "export", "worker", "cli"]
+LAYER_ORDER = ["ingest", "aggregate", "detect", "export", "worker", "cli"]
 THIRD_PARTY_HOMES = {
     "faust": {"worker.app", "worker.batches", "worker.process", "worker.wiring"},
     "prometheus_client": {"export.catalog", "export.collector", "export.health",
@@ -104,13 +104,13 @@ def _unit(name: str) -> str:
     return name.split(".")[0]
 
 
-def test_the_tree_shows_the_stages():
+def test_the_tree_shows_the_layers():
     packages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
     assert set(packages) == {"ingest", "aggregate", "detect", "export", "worker", "offline"}
-    for stage in packages:  # each says its stage in one line
-        doc = ast.get_docstring(ast.parse((PACKAGE / stage / "__init__.py").read_text()))
-        assert doc and doc.startswith("Stage "), stage
-    assert [RANKS[s] for s in STAGE_ORDER] == sorted(RANKS[s] for s in STAGE_ORDER)
+    for layer in packages:  # each says its layer in one line
+        doc = ast.get_docstring(ast.parse((PACKAGE / layer / "__init__.py").read_text()))
+        assert doc and doc.startswith("Layer "), layer
+    assert [RANKS[s] for s in LAYER_ORDER] == sorted(RANKS[s] for s in LAYER_ORDER)
     assert RANKS["worker"] < RANKS["cli"] and RANKS["offline"] < RANKS["cli"]
 
 
@@ -123,7 +123,7 @@ def test_data_flows_one_way():
         here = _name(path)
         for target in _own(path):
             if _unit(target) == _unit(here) and "." in here:
-                continue  # within a stage: checked for cycles below
+                continue  # within a layer: checked for cycles below
             assert RANKS[_unit(target)] < RANKS[_unit(here)], f"{here} imports {target}"
 
 

@@ -97,7 +97,7 @@ def test_a_young_share_is_watched_by_the_glr_at_a_long_budget():
         seed=3, scenario="steady", rate=20.0, releases=(RELEASE,)))
 
     def watching(config: DriftConfig) -> set[type]:
-        drift = Drift(layout, config, calibrate_inline=False)
+        drift = Drift(layout, config, arm_inline=False)
         drift.install(reference)
         return {type(d.model) for k, d in drift.detectors.items()
                 if k.signal == "critical_claim_unsupported_rate"}
@@ -158,9 +158,9 @@ def test_streams_of_small_references_are_watched_and_say_so():
     layout = from_settings(settings)
     sim = Simulator(seed=3, scenario="steady", rate=20.0, releases=(RELEASE,))
     drift = Drift(layout, DriftConfig(window_seconds=10.0, arl0_traces=20_000.0),
-                  calibrate_inline=False)
+                  arm_inline=False)
     drift.install(frozen_reference(settings, layout, sim))
-    drift.calibrate()
+    drift.arm()
     pipeline = Pipeline(settings)
     pipeline.feed(sim.traces(100))
     drift.observe(200, pipeline.merged(), {RELEASE: set()}, 0.0)

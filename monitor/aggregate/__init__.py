@@ -1,1 +1,1 @@
-"""Stage 2, aggregate: events are folded into bounded tables per partition and window."""
+"""Layer 2, aggregate: events are folded into bounded tables per partition and window."""

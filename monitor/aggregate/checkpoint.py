@@ -35,8 +35,8 @@ from monitor.ingest.parse import Accepted, parse
 from monitor.ingest.slices import Cap, Slicer, Slicing
 from monitor.settings import Settings
 
-__all__ = ["Caps", "Partial", "Segment", "State", "WindowState", "decode", "dump", "dump_seen",
-           "encode", "expired", "load", "partial", "readable", "restore_seen"]
+__all__ = ["Caps", "Countable", "Segment", "State", "WindowState", "countable", "decode", "dump",
+           "dump_seen", "encode", "expired", "load", "readable", "restore_seen"]
 
 _VERSION = 4
 # 1: no closed windows; 1-2: tables as plain dicts, all compressed; 1-3: zlib; 4: lz4
@@ -216,7 +216,7 @@ def load(settings: Settings, blob: bytes | None, slicer: Slicer | None = None,
     return pipeline, dict(state.offsets)
 
 
-class Partial(NamedTuple):
+class Countable(NamedTuple):
     """What stage two needs of one partition's checkpoint (monitor/worker/merge.py)."""
 
     offsets: dict[str, int]
@@ -228,9 +228,9 @@ class Partial(NamedTuple):
     unpacked: dict[bytes, Table]  # tables by their bytes: the next decode reuses them
 
 
-def partial(layout: Layout, blob: bytes, before: Partial | None = None) -> Partial:
+def countable(layout: Layout, blob: bytes, before: Countable | None = None) -> Countable:
     """The countable part of checkpoint bytes, without rebuilding a pipeline; tables whose
-    bytes are unchanged since `before` (the partition's previous partial) are reused."""
+    bytes are unchanged since `before` (the partition's previous one) are reused."""
     state = decode(blob)
     known = before.unpacked if before is not None else {}
     unpacked: dict[bytes, Table] = {}
@@ -239,13 +239,13 @@ def partial(layout: Layout, blob: bytes, before: Partial | None = None) -> Parti
         if not isinstance(data, bytes):
             return _table(layout, data)
         found = unpacked[data] = known.get(data) or _table(layout, data)
-        return found  # shared by partials: read only (merges make new tables)
+        return found  # shared between reads: read only (merges make new tables)
 
     table = unpack(state.totals)
     for _, data in sorted(state.open.items(), key=lambda item: int(item[0])):
         table = table.merge(unpack(data))
     recent = [_closed(layout, c, unpack) for c in state.recent]
-    return Partial(dict(state.offsets), state.watermark, table, recent, state.closed_count,
+    return Countable(dict(state.offsets), state.watermark, table, recent, state.closed_count,
                    _counters(state), unpacked)
 
 

@@ -13,7 +13,7 @@ import itertools
 from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Final, NamedTuple
+from typing import Final, Literal, NamedTuple
 
 from monitor.aggregate.admission import Admit, admit_python
 from monitor.aggregate.compiled import ADMISSION, FOLD
@@ -28,8 +28,11 @@ from monitor.ingest.parse import Accepted, Rejection, parse
 from monitor.ingest.slices import Cap, Slicer, Slicing
 from monitor.settings import Settings
 
-__all__ = ["CLOCK_RANK", "INPUT_COUNTERS", "RECENT_CLOSED", "Closed", "Counters", "Pipeline",
-           "slicer_of"]
+__all__ = ["CLOCK_RANK", "INPUT_COUNTERS", "RECENT_CLOSED", "Closed", "Counters", "EventKind",
+           "Pipeline", "slicer_of"]
+
+# What a pipeline folds: decision traces, labels, user feedback (one input topic each).
+EventKind = Literal["decisions", "labels", "feedback"]
 
 _SLICINGS_CACHED: Final = 10_000
 # The input's own clock (`Pipeline.feed` without a clock) is the CLOCK_RANK-th newest
@@ -200,7 +203,8 @@ class Pipeline:
         """Event times of the last `n` traces kept (first sightings, newest first)."""
         return [ts for ts, _ in itertools.islice(reversed(self.seen.order), n)]
 
-    def feed_events(self, raws: Iterable[bytes], kind: str) -> list[tuple[int, Rejection]]:
+    def feed_events(self, raws: Iterable[bytes],
+                    kind: Literal["labels", "feedback"]) -> list[tuple[int, Rejection]]:
         """Fold label (`kind="labels"`) or feedback (`"feedback"`) messages."""
         expect = Label if kind == "labels" else Feedback
         count = self.events[kind]
@@ -222,7 +226,7 @@ class Pipeline:
         self._apply(deltas)
         return dead
 
-    def set_apart(self, kind: str) -> None:
+    def set_apart(self, kind: EventKind) -> None:
         """Count one message of `kind` ("decisions", "labels", "feedback") whose fold
         raised as read and rejected (`worker_error`; its caller dead-letters it)."""
         if kind == "decisions":

@@ -1,1 +1,1 @@
-"""Stage 3, detect: closed windows are compared with a reference by calibrated detectors."""
+"""Layer 3, detect: closed windows are compared with a reference by calibrated detectors."""

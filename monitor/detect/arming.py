@@ -1,6 +1,6 @@
 """Which detectors to arm next: the calibration work list, in a fair order.
 
-Thresholds are simulated in a thread while the fold goes on (`Drift.calibrate`), so the
+Thresholds are simulated in a thread while the fold goes on (`Drift.arm`), so the
 list is taken from copies and picked afresh when the fold builds streams. Unarmed
 streams (an infinite threshold) come first; among equals, every release's totals, then
 slices round-robin across releases, each release's busiest first, so N releases are
@@ -16,7 +16,7 @@ import numpy as np
 
 from monitor.detect.detectors import Detector, NullModel
 
-__all__ = ["fair_order", "to_calibrate"]
+__all__ = ["fair_order", "to_arm"]
 
 
 class _Keyed(Protocol):
@@ -29,14 +29,14 @@ class _Keyed(Protocol):
 K = TypeVar("K", bound=_Keyed)
 
 
-def to_calibrate(detectors: Mapping[K, Detector], calibrated_for: Mapping[K, NullModel],
+def to_arm(detectors: Mapping[K, Detector], armed_with: Mapping[K, NullModel],
                  window_n: Mapping[K, float]) -> list[tuple[K, Detector, NullModel]]:
     """(key, detector, its null model now) of the detectors without a threshold for the
     model they have now: the unarmed first, each group in `fair_order`."""
     detectors = dict(detectors)  # one copy (atomic under the GIL): the fold goes on
     todo = [(key, detectors[key], detectors[key].model)
             for key in fair_order(list(detectors), window_n)
-            if calibrated_for.get(key) is not detectors[key].model]
+            if armed_with.get(key) is not detectors[key].model]
     return sorted(todo, key=lambda item: bool(np.isfinite(item[1].threshold)))  # stable
 
 

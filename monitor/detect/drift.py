@@ -81,11 +81,11 @@ class DriftConfig:
 class Drift:
     """References, detectors and verdicts of every release; fed closed windows."""
 
-    def __init__(self, layout: Layout, config: DriftConfig, calibrate_inline: bool = True) -> None:
+    def __init__(self, layout: Layout, config: DriftConfig, arm_inline: bool = True) -> None:
         self.layout = layout
         self.config = config
-        self.calibrate_inline = calibrate_inline
-        self.calibrated = True
+        self.arm_inline = arm_inline
+        self.armed = True
         self.specs = stream_specs(layout, math.log(config.share_odds_ratio))
         self.spec_of = {(spec.signal, spec.direction): spec for spec in self.specs}
         self.references: dict[str, Reference] = {}
@@ -100,9 +100,9 @@ class Drift:
         self.exemplars: dict[StreamKey, str] = {}  # trace_id of the latest alarm's window
         self.windows_seen: dict[str, int] = {}
         self.growth: dict[str, Growth[Accumulator]] = {}
-        # The family each threshold was calibrated for, and a count of stream builds (a
-        # calibration in a thread sees the fold's builds by it).
-        self.calibrated_for: dict[StreamKey, det.NullModel] = {}
+        # The null model each threshold was simulated for, and a count of stream builds
+        # (arming, in a thread, sees the fold's builds by it).
+        self.armed_with: dict[StreamKey, det.NullModel] = {}
         self.built = 0
 
     # --- references ------------------------------------------------------------------
@@ -120,14 +120,14 @@ class Drift:
         self.growth[release] = Growth(reference.traces, self.config.reference_traces,
                                       self.config.reference_max_traces,
                                       partial(Accumulator, release, self.layout))
-        self.calibrated = False
-        if self.calibrate_inline:
-            self.calibrate()
+        self.armed = False
+        if self.arm_inline:
+            self.arm()
 
     def _build_streams(self, reference: Reference) -> None:
         """A detector per stream the reference holds enough traffic for. Streams that
         exist (a grown reference) keep their history, their reference shape, and their
-        threshold until `calibrate` sets the one for the new reference size."""
+        threshold until `arm` sets the one for the new reference size."""
         cells = {(k[1], k[2]) for k in reference.table.keys}
         for spec in self.specs:
             for dimension, value in cells:
@@ -166,11 +166,11 @@ class Drift:
         self.growth.pop(release, None)
         for key in [k for k in self.detectors if k.release == release]:
             del self.detectors[key]
-            self.calibrated_for.pop(key, None)
+            self.armed_with.pop(key, None)
             self.verdicts.pop(key, None)
             self.last_alarm.pop(key, None)
 
-    def calibrate(self) -> None:
+    def arm(self) -> None:
         """Set the threshold of every detector whose null model has none yet, from its
         family's budget. Simulation takes seconds for a new kind of stream: the worker
         runs this in a thread while the fold goes on (detectors wait with an infinite
@@ -178,10 +178,10 @@ class Drift:
         the fold has built streams meanwhile, unarmed streams first."""
         while True:
             built = self.built
-            todo = arming.to_calibrate(self.detectors, self.calibrated_for, self.window_n)
+            todo = arming.to_arm(self.detectors, self.armed_with, self.window_n)
             if not todo:
-                self.calibrated = self.built == built
-                if self.calibrated:
+                self.armed = self.built == built
+                if self.armed:
                     return
                 continue
             per_family = self._family_sizes()
@@ -195,7 +195,7 @@ class Drift:
                 simulated = replace(model, atoms=None) if first else model  # type: ignore[type-var]
                 detector.threshold = threshold(simulated, max(self.window_n[key], 1e-9), budget)
                 if not first:
-                    self.calibrated_for[key] = model
+                    self.armed_with[key] = model
                 if self.built != built:
                     break  # new streams: they go first
 
@@ -261,9 +261,9 @@ class Drift:
         if block is not None:
             grown = self.references[release] = self.references[release].grow(block)
             self._build_streams(grown)
-            self.calibrated = False
-            if self.calibrate_inline:
-                self.calibrate()
+            self.armed = False
+            if self.arm_inline:
+                self.arm()
 
     def _accumulate(self, release: str, window_start: int, table: Table,
                     seen: set[Components], now: float) -> None:

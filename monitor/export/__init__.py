@@ -1,1 +1,1 @@
-"""Stage 4, export: a snapshot of tables and detectors becomes Prometheus metrics."""
+"""Layer 4, export: a snapshot of tables and detectors becomes Prometheus metrics."""

@@ -1,1 +1,1 @@
-"""Stage 1, ingest: bytes become decision events or rejections with a reason (the contract)."""
+"""Layer 1, ingest: bytes become decision events or rejections with a reason (the contract)."""

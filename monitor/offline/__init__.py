@@ -1,1 +1,1 @@
-"""Stage 5b, offline: the same tables over files: replay, backtest, compare, gate, report."""
+"""Layer 5b, offline: the same tables over files: replay, backtest, compare, gate, report."""

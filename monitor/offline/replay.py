@@ -13,7 +13,7 @@ import json
 import sys
 from collections.abc import Callable
 from contextlib import ExitStack
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from monitor import memory
 from monitor.aggregate.derive import summarize
@@ -119,7 +119,9 @@ def _replay(args: argparse.Namespace) -> int:
             dlq = stack.enter_context(open_out(args.dlq)) if args.dlq else None
             progress = render.progress(not args.no_progress, total_bytes(paths))
             stack.enter_context(progress)
-            for kind, files in (("labels", args.labels), ("feedback", args.feedback)):
+            events: tuple[tuple[Literal["labels", "feedback"], list[str]], ...] = (
+                ("labels", args.labels), ("feedback", args.feedback))
+            for kind, files in events:
                 for path in files:
                     for numbers, lines in batches(path, progress):
                         dead += _write_dead(dlq, path, numbers,

@@ -1,1 +1,1 @@
-"""Stage 5a, worker: the streaming job on Kafka, from partitions to snapshots."""
+"""Layer 5a, worker: the streaming job on Kafka, from partitions to snapshots."""

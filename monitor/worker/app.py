@@ -1,25 +1,25 @@
 """Faust wiring only: topics, batches, timers, the metrics endpoint. The fold is `Pipeline`.
 
-Topics carry raw bytes (typed Faust records crash agents on undecodable input and let
-NaN through); validation is ours. Faust's consumer hands over whole fetches, below its
-per-event stream (monitor/worker/batches.py: Faust's per-message path cost ~200 us a
-message); `Worker.take` groups a batch by topic and partition, folds each group into
-that partition's pipeline, dead-letters what was rejected (reason and source
-topic/partition/offset in headers) and never lets an exception escape: a message whose
-fold fails is set apart and dead-lettered with reason `worker_error`; any other failure
-of a batch restarts the worker in place (its checkpoints make that exact).
+Topics carry raw bytes (typed Faust records crash agents on undecodable input and let NaN
+through); validation is ours. Faust's consumer hands over whole fetches, below its per-event
+stream (monitor/worker/batches.py: Faust's per-message path cost ~200 us a message);
+`Worker.take` groups a batch by topic and partition, folds each group into that partition's
+pipeline, dead-letters what was rejected (reason and source topic/partition/offset in
+headers) and never lets an exception escape: a message whose fold fails is set apart and
+dead-lettered with reason `worker_error`; any other failure of a batch restarts the worker
+in place (its checkpoints make that exact).
 
-Exact counts under at-least-once delivery: each partition's pipeline is checkpointed to
-the state topic with the last offset applied per source topic after every batch, and
-a batch is acknowledged only after its fold and checkpoints, so the committed
-offset never passes a checkpoint. A worker that gains a partition (restart, rebalance)
-loads its checkpoint and skips offsets it already holds: Kafka's redelivery and Faust's
-replay after a rebalance (faust-streaming #502) count once. Traces, labels and feedback
-are keyed by trace_id, so partition p of each topic belongs to the same state. Each
-batch's first sightings of trace ids go to the seen topic before the checkpoint, so the
-de-duplication horizon survives too. Checkpoints and restores live in
-monitor/worker/partitions.py, the partition states and the fold in the states process
-(monitor/worker/states.py), the checkpoint format in monitor/aggregate/checkpoint.py.
+Exact counts under at-least-once delivery: each partition's pipeline is checkpointed to the
+state topic with the last offset applied per source topic after every batch, and a batch is
+acknowledged only after its fold and checkpoints, so the committed offset never passes a
+checkpoint. A worker that gains a partition (restart, rebalance) loads its checkpoint and
+skips offsets it already holds: Kafka's redelivery and Faust's replay after a rebalance
+(faust-streaming #502) count once. Traces, labels and feedback are keyed by trace_id, so
+partition p of each topic belongs to the same state. Each batch's first sightings of trace
+ids go to the seen topic before the checkpoint, so the de-duplication horizon survives too.
+Checkpoints and restores live in monitor/worker/partitions.py, the partition states and the
+fold in the states process (monitor/worker/states.py), the checkpoint format in
+monitor/aggregate/checkpoint.py.
 
 Stage two (monitor/worker/merge.py): once a second every worker merges the newest checkpoint
 of every partition and exports, and detects on, the releases it owns.
@@ -33,12 +33,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 import faust
 
 from monitor import memory
 from monitor.aggregate.layout import from_settings
+from monitor.aggregate.pipeline import EventKind
 from monitor.detect.drift import Drift, DriftConfig, DriftView
 from monitor.detect.watch import Watch, to_record
 from monitor.export.http import Limits
@@ -61,8 +62,8 @@ log = logging.getLogger("ragmon.worker")
 TOPIC_CHECK_SECONDS = 10.0
 FETCH_BYTES = 16 * 1024 * 1024  # per partition and fetch
 T = TypeVar("T")
-# The worker's own counters, carried on through a restart in place (the rest of its
-# health is read afresh; input counters come from the checkpoints).
+TopicKind = EventKind | Literal["otlp", "spans"]  # a topic's batch: events, or otlp spans
+# The worker's own counters, carried through a restart in place (inputs: the checkpoints').
 CARRIED_HEALTH = ("dlq_produced", "batch_seconds", "batches", "batches_dropped", "errors",
                   "replayed_skipped", "checkpoints", "state_lost")
 class Worker:
@@ -90,18 +91,18 @@ class Worker:
         # Stage two: every partition's checkpoint merged; this worker detects on and
         # exports the releases it owns (monitor/worker/merge.py).
         self.drift = Drift(from_settings(settings), DriftConfig.from_settings(settings),
-                           calibrate_inline=False)
-        self.calibrating: asyncio.Task[None] | None = None
+                           arm_inline=False)
+        self.arming: asyncio.Task[None] | None = None
         self.references = ReferenceSync(settings, self.drift)
         self.watch = Watch(self.drift, settings.window_seconds, settings.allowed_lateness_seconds)
         self.merger = Merger(self.drift.layout, self.watch)
-        self.partials = topics.Tail(settings, settings.topic_state, settings.partitions)
+        self.state_tail = topics.Tail(settings, settings.topic_state, settings.partitions)
         self.owned: frozenset[int] = frozenset()  # decisions partitions assigned here
         self.drift_view: DriftView = self.drift.view()
         self.tracer = telemetry.tracer(settings)
         self.last_progress = time.monotonic()
         self.topic_ids: dict[str, str] = {}  # of the input topics, as last seen
-        self.kinds: tuple[tuple[str, str], ...] = (
+        self.kinds: tuple[tuple[TopicKind, str], ...] = (
             ("decisions", settings.topic_decisions), ("labels", settings.topic_labels),
             ("feedback", settings.topic_feedback))
         self.topics = frozenset(topic for _, topic in self.kinds)  # partition p: one state
@@ -157,15 +158,17 @@ class Worker:
         for tp, found in batch.records.items():
             consumer.acknowledge(tp, [record.offset for record in found])
 
-    async def _take_kind(self, kind: str, topic: str,
+    async def _take_kind(self, kind: TopicKind, topic: str,
                          records: dict[int, Sequence[Any]]) -> None:
-        if kind == "otlp" and self.spans is not None:
-            await self.retrying(partial(self.spans.forward, [
-                record for _, found in sorted(records.items()) for record in found]),
-                "otlp: forwarding spans")
-        elif kind == "spans" and self.spans is not None:
-            await self.retrying(partial(self.spans.assemble, records),
-                                 "spans: assembling decisions")
+        if kind == "otlp" or kind == "spans":
+            assert self.spans is not None  # their topics are read only with the intake on
+            if kind == "otlp":
+                await self.retrying(partial(self.spans.forward, [
+                    record for _, found in sorted(records.items()) for record in found]),
+                    "otlp: forwarding spans")
+            else:
+                await self.retrying(partial(self.spans.assemble, records),
+                                    "spans: assembling decisions")
         else:
             await self._fold_batch(kind, topic, records)
 
@@ -178,7 +181,7 @@ class Worker:
         async with self.folding:
             await self.retrying(partial(self.spans.tick, assigned), "spans: quiet partitions")
 
-    async def _fold_batch(self, kind: str, topic: str,
+    async def _fold_batch(self, kind: EventKind, topic: str,
                           records: dict[int, Sequence[Any]]) -> None:
         started = time.perf_counter()
         if not self.references.loaded:
@@ -237,7 +240,7 @@ class Worker:
         self.owned = frozenset(tp.partition for tp in assignment
                                if tp.topic == self.settings.topic_decisions)
         prefix = f"{self.settings.app_id}:{self.settings.topic_decisions}:".encode()
-        for key, blob in await self.partials.poll():
+        for key, blob in await self.state_tail.poll():
             if key.startswith(prefix):
                 try:
                     self.merger.update(key, blob)
@@ -259,7 +262,7 @@ class Worker:
             log.exception("drift detection failed")
             self.health.errors += 1
             return
-        self._calibrate_soon()
+        self._arm_soon()
         for item in raised:
             log.warning("ragmon alarm %s", json.dumps(to_record(item)))
         for release, reference in self.drift.references.items():
@@ -270,16 +273,16 @@ class Worker:
                                              reference.to_bytes()),
                                      f"reference {release}: publish")
 
-    def _calibrate_soon(self) -> None:
+    def _arm_soon(self) -> None:
         """Thresholds of new references are simulated in a thread (seconds of CPU): the
         fold and the consumer's heartbeats go on; those streams say insufficient data."""
-        if self.drift.calibrated or (self.calibrating and not self.calibrating.done()):
+        if self.drift.armed or (self.arming and not self.arming.done()):
             return
 
-        async def calibrate() -> None:
+        async def arm() -> None:
             started = time.perf_counter()
             try:
-                await in_daemon_thread(self.drift.calibrate)
+                await in_daemon_thread(self.drift.arm)
             except Exception:
                 log.exception("threshold calibration failed")
                 self.health.errors += 1
@@ -288,7 +291,7 @@ class Worker:
             log.info("thresholds calibrated for %d streams in %.1f s",
                      len(self.drift.detectors), time.perf_counter() - started)
 
-        self.calibrating = asyncio.get_running_loop().create_task(calibrate())
+        self.arming = asyncio.get_running_loop().create_task(arm())
 
     async def _publish_reference(self, release: str, blob: bytes) -> None:
         sent = await self.references_topic.send(key=release.encode(), value=blob, partition=0)
@@ -303,12 +306,12 @@ class Worker:
             return
         await self.references.poll()
         self.drift_view = self.drift.view(self.owns)
-        self._calibrate_soon()
+        self._arm_soon()
 
     async def _load_references(self) -> None:
         await self.references.load()
         self.drift_view = self.drift.view(self.owns)
-        self._calibrate_soon()
+        self._arm_soon()
 
     async def retrying(self, attempt: Callable[[], Awaitable[T]], what: str) -> T:
         return await retrying(attempt, what, self.health)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterable
 
-from monitor.aggregate.checkpoint import Partial, partial
+from monitor.aggregate.checkpoint import Countable, countable
 from monitor.aggregate.layout import Layout
 from monitor.aggregate.pipeline import Counters
 from monitor.aggregate.table import Table
@@ -43,16 +43,16 @@ class Merger:
     def __init__(self, layout: Layout, watch: Watch) -> None:
         self.layout = layout
         self.watch = watch
-        self.partials: dict[bytes, Partial] = {}
+        self.countables: dict[bytes, Countable] = {}
         self._collected: set[tuple[bytes, int]] = set()
         self._table: Table | None = None
         self.skipped = 0  # closed windows of some partition detection never saw
 
     def update(self, source: bytes, blob: bytes) -> None:
         """Take the newest checkpoint of partition `source` (bytes as written)."""
-        before = self.partials.get(source)
-        state = partial(self.layout, blob, before)
-        self.partials[source] = state
+        before = self.countables.get(source)
+        state = countable(self.layout, blob, before)
+        self.countables[source] = state
         self._table = None
         done = self.watch.last_run  # windows up to here were detected on and forgotten
         fresh = [w for w in state.recent
@@ -66,7 +66,7 @@ class Merger:
         """Every partition's totals and open windows, merged."""
         if self._table is None:
             table = Table.empty(self.layout)
-            for _, state in sorted(self.partials.items()):
+            for _, state in sorted(self.countables.items()):
                 table = table.merge(state.table)
             self._table = table
         return self._table
@@ -74,11 +74,11 @@ class Merger:
     def counters(self, sources: Iterable[bytes]) -> Counters:
         """The input counters of these partitions, summed (from their newest checkpoints:
         a partition that moved here counts before it has new traffic)."""
-        return Counters.total(self.partials[s].counters for s in sources if s in self.partials)
+        return Counters.total(self.countables[s].counters for s in sources if s in self.countables)
 
     def detect(self, owns: Callable[[str], bool]) -> list[Raised]:
         """Run the detectors of the releases `owns` accepts on every complete window."""
-        raised = self.watch.run([state.watermark for state in self.partials.values()],
+        raised = self.watch.run([state.watermark for state in self.countables.values()],
                                 owns=owns)
         done = self.watch.last_run
         self._collected = {(s, start) for s, start in self._collected if start > done}

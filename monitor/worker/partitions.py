@@ -24,6 +24,7 @@ import time
 from collections.abc import Awaitable, Iterable
 from typing import Any, cast
 
+from monitor.aggregate.pipeline import EventKind
 from monitor.export.snapshot import Health, Local
 from monitor.frames import FRAME_LENGTH, pack_frame
 from monitor.ingest.spans import Forwarded
@@ -31,6 +32,7 @@ from monitor.settings import Settings
 from monitor.worker import states, topics
 from monitor.worker.states import (
     Folded,
+    FoldedBatch,
     FoldGroups,
     Forget,
     Forward,
@@ -38,6 +40,7 @@ from monitor.worker.states import (
     ReadLocal,
     Request,
     Restore,
+    Restored,
 )
 
 __all__ = ["Folded", "Group", "Partitions"]
@@ -74,7 +77,7 @@ class Partitions:
     def seen_key(self, partition: int, upto: int) -> bytes:
         return self.state_key(partition) + f":seen:{upto:020d}".encode()
 
-    async def fold(self, kind: str, groups: list[Group]) -> list[Folded]:
+    async def fold(self, kind: EventKind, groups: list[Group]) -> list[Folded]:
         """Fold each partition's group (partitions restored first); what to write. A
         partition revoked meanwhile (and so forgotten) is restored again and folds: its
         checkpoint is then what the old state would have written."""
@@ -209,13 +212,11 @@ class _StatesProcess:
         self._lock = asyncio.Lock()
 
     async def restore(self, partition: int, blob: bytes | None,
-                      segments: list[bytes]) -> tuple[dict[str, int], int]:
-        return cast(tuple[dict[str, int], int],
-                    await self._call(Restore(partition, blob, segments)))
+                      segments: list[bytes]) -> Restored:
+        return cast(Restored, await self._call(Restore(partition, blob, segments)))
 
-    async def fold(self, kind: str, groups: list[Group]) -> tuple[list[Folded], list[int], int]:
-        return cast(tuple[list[Folded], list[int], int],
-                    await self._call(FoldGroups(kind, groups)))
+    async def fold(self, kind: EventKind, groups: list[Group]) -> FoldedBatch:
+        return cast(FoldedBatch, await self._call(FoldGroups(kind, groups)))
 
     async def forget(self, partitions: list[int]) -> None:
         await self._call(Forget(partitions))

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 from monitor import memory
 from monitor.aggregate import checkpoint
 from monitor.aggregate.admission import failed
-from monitor.aggregate.pipeline import Pipeline, slicer_of
+from monitor.aggregate.pipeline import EventKind, Pipeline, slicer_of
 from monitor.export.snapshot import Local, local_of
 from monitor.frames import pack_frame, read_frame
 from monitor.ingest.parse import Rejection
@@ -38,6 +38,7 @@ from monitor.settings import Settings
 __all__ = [
     "FoldGroups",
     "Folded",
+    "FoldedBatch",
     "Forget",
     "Forward",
     "Group",
@@ -45,6 +46,7 @@ __all__ = [
     "ReadLocal",
     "Request",
     "Restore",
+    "Restored",
     "States",
     "answer",
     "serve",
@@ -86,7 +88,7 @@ class Folded(NamedTuple):
 
 
 class Restore(NamedTuple):
-    """Hold `partition` from its checkpoint and segments -> (applied offsets, trace ids)."""
+    """Hold `partition` from its checkpoint and segments -> `Restored`."""
 
     partition: int
     blob: bytes | None
@@ -94,9 +96,9 @@ class Restore(NamedTuple):
 
 
 class FoldGroups(NamedTuple):
-    """Fold a batch's groups -> (folded, partitions not held, offsets skipped)."""
+    """Fold a batch's groups -> `FoldedBatch`."""
 
-    kind: str
+    kind: EventKind
     groups: list[Group]
 
 
@@ -121,6 +123,21 @@ class Forward(NamedTuple):
 Request = Restore | FoldGroups | Forget | ReadLocal | Forward
 
 
+class Restored(NamedTuple):
+    """The reply to `Restore`."""
+
+    offsets: dict[str, int]  # applied, per source topic
+    seen: int                # trace ids restored into the de-duplication horizon
+
+
+class FoldedBatch(NamedTuple):
+    """The reply to `FoldGroups`."""
+
+    folded: list[Folded]     # per group held, what to write before the acknowledgement
+    missing: list[int]       # partitions of the batch not held here
+    skipped: int             # offsets skipped as already applied
+
+
 class States:
     """The pipelines of the partitions held; restore, fold, forget."""
 
@@ -132,7 +149,7 @@ class States:
         self.admit_missing = Cap(settings.missing_ids_max)
 
     def restore(self, partition: int, blob: bytes | None,
-                segments: list[bytes]) -> tuple[dict[str, int], int]:
+                segments: list[bytes]) -> Restored:
         """Hold `partition` from its checkpoint (`None`: new) and de-duplication segments;
         its applied offsets and the number of trace ids restored."""
         pipeline, offsets = checkpoint.load(self.settings, blob, self.slicer, self.admit_missing,
@@ -141,9 +158,9 @@ class States:
         kept = checkpoint.restore_seen(pipeline, segments,
                                        offsets.get(self.settings.topic_decisions, -1))
         self.held[partition] = PartitionState(pipeline, offsets, kept, blob)
-        return offsets, len(pipeline.seen)
+        return Restored(offsets, len(pipeline.seen))
 
-    def fold(self, kind: str, groups: list[Group]) -> tuple[list[Folded], list[int], int]:
+    def fold(self, kind: EventKind, groups: list[Group]) -> FoldedBatch:
         """Fold each group into its partition; the partitions not held (forgotten after a
         revoke since the batch began: restore and fold again); offsets skipped as
         already applied (redelivered)."""
@@ -156,7 +173,7 @@ class States:
             skipped += applied
             if found is not None:
                 folded.append(found)
-        return folded, missing, skipped
+        return FoldedBatch(folded, missing, skipped)
 
     def forget(self, partitions: list[int]) -> None:
         for partition in partitions:
@@ -168,7 +185,7 @@ class States:
                         or [Pipeline(self.settings, self.slicer, self.admit_missing)])
 
     def _fold_raws(self, state: PartitionState, raws: list[bytes],
-                   kind: str) -> list[tuple[int, Rejection]]:
+                   kind: EventKind) -> list[tuple[int, Rejection]]:
         """Fold `raws` into `state`; if that raises, roll back and fold them one at a time,
         so that the message whose fold raises is set apart alone (`worker_error`) and the
         rest of the batch counts exactly once."""
@@ -216,7 +233,7 @@ class States:
         pipeline.journal = []
         state.pipeline = pipeline
 
-    def _fold_group(self, kind: str, group: Group) -> tuple[Folded | None, int]:
+    def _fold_group(self, kind: EventKind, group: Group) -> tuple[Folded | None, int]:
         """What folding the group left to write (`None`: all applied), and how many of its
         offsets were already applied."""
         state = self.held[group.partition]
@@ -245,7 +262,7 @@ class States:
                       dict(state.offsets)), skipped
 
 
-def _feed(pipeline: Pipeline, raws: list[bytes], kind: str,
+def _feed(pipeline: Pipeline, raws: list[bytes], kind: EventKind,
           clock: float) -> list[tuple[int, Rejection]]:
     if kind == "decisions":
         dead = pipeline.feed(raws, clock=clock)

@@ -35,7 +35,7 @@ class Tended(Protocol):
     settings: Settings
     app: Any  # the Faust app: its consumer's assignment, and rewinds
     partitions: Partitions
-    partials: topics.Tail  # stage two's reader of the state topic
+    state_tail: topics.Tail  # stage two's reader of the state topic
     spans: SpanStage | None
     topics: frozenset[str]  # the input topics whose partition p is one state
     topic_ids: dict[str, str]  # of the input topics, as last seen
@@ -103,7 +103,7 @@ async def check_topics(worker: Tended) -> None:
         # The state topic's log is new too: stage two reads it again from its start. Its
         # own check (an end behind the position read) misses a new log that has already
         # grown past the old position, and stage two then kept old checkpoints.
-        await worker.partials.stop()
+        await worker.state_tail.stop()
     for line in (lost[tp] for tp in assigned if tp in lost):
         log.warning("%s", line)
     log.warning("reading partitions %s again from the beginning",
