@@ -4,10 +4,10 @@
 
 Drift alerts are per (release, family) with their slices in the description; the
 quality SLOs come from `alerts/slo.yml`. The committed files must equal this script's
-output (tests/test_alerts.py), and every metric an expression uses must be one
+output (tests/project/test_alerts.py), and every metric an expression uses must be one
 `monitor/export/catalog.py` declares or a rule here records: expressions name a metric
 by its catalog constant, `<TRACES>` for `ragmon_traces_total` (`catalog.spell`), never
-by hand (tests/test_alerts.py). The rules are made by
+by hand (tests/project/test_alerts.py). The rules are made by
 concern in this folder: `recording` (recording rules), `drift` (drift alerts), `slos`
 (quality SLOs), `operational` (every alert, the worker's own included), `cases` (promtool
 tests) and `render` (the four files).

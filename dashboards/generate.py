@@ -3,7 +3,7 @@
     python dashboards/generate.py   # rewrites dashboards/*.json and dashboards/provisioning/
 
 Plain dicts, no SDK: the JSON stays reviewable and the committed files must equal this
-script's output (tests/test_dashboards.py), which also checks that every metric a
+script's output (tests/project/test_dashboards.py), which also checks that every metric a
 query uses is one `monitor/export/catalog.py` declares. Queries name metrics by their
 catalog constant, `<TRACES>` for `ragmon_traces_total` (`catalog.spell`).
 """
@@ -309,7 +309,7 @@ def slo() -> dict[str, Any]:
     ], cells=False)
 
 
-SLO_WINDOW = "28d"  # alerts/slo.yml's window (tests/test_dashboards.py checks they agree)
+SLO_WINDOW = "28d"  # alerts/slo.yml's window (tests/project/test_dashboards.py checks they agree)
 DASHBOARDS = {"overview": overview, "drift": drift, "quality": quality, "health": health,
               "slo": slo}
 

@@ -3,7 +3,7 @@ edge cases and of a public JSON parsing test suite (JSONTestSuite's y_/n_/i_ fam
 structure, numbers, strings and escapes, encodings, nesting), applied to a valid trace.
 
 `corpus()` returns (name, bytes) pairs; every one must become a valid event or a
-rejection with a reason, the same on both admission paths (tests/test_hostile.py). It
+rejection with a reason, the same on both admission paths (tests/ingest/test_hostile.py). It
 ends with `public()`: the 340 files of JSONTestSuite itself (tests/data, MIT), each as a
 whole message and as the value of a content field of a valid trace.
 Content markers (`MARKER`) sit in a content field of many cases: they must never reach a

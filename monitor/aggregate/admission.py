@@ -11,7 +11,7 @@ back into the pipeline.
 Both are compiled (`monitor/aggregate/_admission.pyx`, built by `pip install`) where
 there is a C compiler; `admit_python` and `fold_chunk_python` are the reference, and
 the pipeline chooses between them once (monitor/aggregate/compiled.py loads the compiled
-module). tests/test_admission.py checks both
+module). tests/aggregate/test_admission.py checks both
 leave a pipeline in the same state. The compiled
 admission runs the common case (a clean decision, first seen, in time, slicing cached)
 in C and hands everything else to the same Python code as here (`ingest.parse`,

@@ -11,8 +11,9 @@ pure-Python reference beside it, with the same signatures:
 
 Without a build both are None and ragmon runs the references (~1.9x slower on replay);
 with RAGMON_REQUIRE_COMPILED=1 (set in .ci/run) a missing build is an ImportError here,
-so CI cannot pass on the fallback. tests/test_admission.py (troubled and generated messages),
-tests/test_fuzz.py (10^5 mutants) and tests/test_fold.py compare the two paths.
+so CI cannot pass on the fallback. tests/aggregate/test_admission.py (troubled and
+generated messages), tests/ingest/test_fuzz.py (10^5 mutants) and
+tests/aggregate/test_fold.py compare the two paths.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ tuples, per trace) measured ~5% of the replay fold.
 The compiled fold (`monitor/aggregate/_fold.pyx`, built by `pip install`) adds each contribution
 to the trace's cells as it reads the trace; the pure-Python fold encodes the chunk
 column by column (`encode.encode`) and scatters it (`Table.add`). Both give the same
-table (tests/test_fold.py); the compiled one measured ~1.9x the replay throughput here
+table (tests/aggregate/test_fold.py); the compiled one measured ~1.9x the replay throughput here
 (benchmarks/RESULTS.md).
 """
 

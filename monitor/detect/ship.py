@@ -30,8 +30,8 @@ WORKLOADS = (
      [sys.executable, "-m", "pytest", "-m", "not integration", "-n", "2", "-q",
       "-p", "no:cacheprovider"]),
     ("the drift and growth tests",
-     [sys.executable, "-m", "pytest", "tests/test_drift.py", "tests/test_growth.py", "-n", "2",
-      "-q", "-p", "no:cacheprovider"]),
+     [sys.executable, "-m", "pytest", "tests/detect/test_drift.py",
+      "tests/detect/test_growth.py", "-n", "2", "-q", "-p", "no:cacheprovider"]),
     ("a steady demo", [sys.executable, "-m", "monitor.cli", "demo", "--duration", "240",
                        "--scenario", "steady"]),
 )

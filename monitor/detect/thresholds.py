@@ -68,7 +68,7 @@ _GAUSSIAN_EVENTS = 10.0
 # `_simulate`, the seed): cached and shipped curves then no longer match, and the
 # shipped set is made again (`python -m monitor.detect.ship ship`). Comments,
 # docstrings and refactors that leave the output alone keep it.
-# `tests/test_thresholds_cache.py` recomputes a sample of shipped keys and fails if
+# `tests/detect/test_thresholds_cache.py` recomputes a sample of shipped keys and fails if
 # their curves moved under the same version.
 CALIBRATION_VERSION: Final = 2  # 2: share truths from a count's one-sided confidence law
 # Calibrations shipped with the package (`ship`): the default layout's keys, so that a

@@ -2,8 +2,9 @@
 
 The collector (`collector.py`) and the health and drift families (`health.py`) build
 their families from these declarations; `METRICS` (the names as exposed, counters with
-`_total`) is what the dashboards and alert rules may use (tests/test_dashboards.py,
-tests/test_alerts.py), and tests/test_export.py checks a scrape exposes exactly these.
+`_total`) is what the dashboards and alert rules may use (tests/project/test_dashboards.py,
+tests/project/test_alerts.py), and tests/export/test_export.py checks a scrape exposes
+exactly these.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "monitor"
+PACKAGE = Path(__file__).resolve().parents[2] / "monitor"
 # A unit may import only units of a lower rank, and modules of its own layer package.
 RANKS = {
     "memory": 0,  # gc tuning and heap trims, used by every process

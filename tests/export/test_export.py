@@ -9,32 +9,18 @@ from collections import Counter
 
 import pytest
 from conftest import lines
-from prometheus_client import CollectorRegistry, generate_latest
+from exposition import samples, scrape
+from prometheus_client import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitor.aggregate.pipeline import Pipeline
 from monitor.detect.drift import Drift, DriftConfig
-from monitor.export.collector import METRICS, Collector, snapshot_of
-from monitor.export.snapshot import Health
+from monitor.export.collector import METRICS
 from monitor.offline.backtest import Backtest
 from monitor.offline.replay import build as summary_of
 from monitor.settings import load
 from monitor.simulate import Simulator
-
-
-def scrape(pipeline, budget=20_000, drift=None, detail="lean"):
-    registry = CollectorRegistry()
-    collector = Collector(budget, detail)
-    registry.register(collector)
-    collector.current = snapshot_of([pipeline], Health(partitions=4), drift)
-    return registry
-
-
-def samples(registry):
-    text = generate_latest(registry).decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
 def test_examples_render_with_the_right_values(examples):
@@ -62,7 +48,7 @@ def test_every_declared_metric_is_exported_and_no_other(examples):
     p.feed(lines(examples / "traces.jsonl"))
     text = generate_latest(scrape(p, drift=Drift(p.layout, DriftConfig()).view())).decode()
     names = {fam.name for fam in text_string_to_metric_families(text)}
-    # ragmon_http_* are the endpoint's own, added by the page process (tests/test_pages.py).
+    # ragmon_http_* are the endpoint's own, added by the page process (tests/export/test_pages.py).
     declared = {name.removesuffix("_total") for name in METRICS
                 if not name.startswith("ragmon_http_")}
     assert names == declared

@@ -315,7 +315,7 @@ def test_the_documented_examples_run_as_written(app):
         env = {**os.environ, "OTEL_SERVICE_NAME": "support-assistant",
                "OTEL_RESOURCE_ATTRIBUTES": "service.version=2026.12.1",
                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{server.server_port}"}
-        docs = Path(__file__).resolve().parents[1] / "docs" / "otlp"
+        docs = Path(__file__).resolve().parents[2] / "docs" / "otlp"
         done = subprocess.run([sys.executable, str(docs / app), "--requests", "12"],
                               env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr

@@ -32,6 +32,10 @@ from monitor.export.snapshot import Health
 from monitor.export.webconfig import WebConfigError, load
 from monitor.settings import load as load_settings
 
+# Real page processes on real sockets, with seconds of real time for slow clients and
+# file watchers: the full suite runs them, the everyday tier does not.
+pytestmark = pytest.mark.integration
+
 PASSWORD = "scrape-secret-8841"
 
 

@@ -25,7 +25,7 @@ from monitor.aggregate.pipeline import Pipeline
 from monitor.settings import load
 from monitor.simulate import Simulator
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 # Small caps: some slicings overflow them (and those are never cached); the first
 # sightings overflow their bound.
 SETTINGS = load(slice_values_max=3, releases_max=2, allowed_lateness_seconds=60,
@@ -135,7 +135,7 @@ def _same_state(a: Pipeline, b: Pipeline) -> None:
     ta, tb = a.merged(), b.merged()
     assert ta.keys == tb.keys
     assert np.array_equal(ta.counts[: len(ta)], tb.counts[: len(tb)])
-    # The Python fold adds a column's floats in another order (tests/test_fold.py).
+    # The Python fold adds a column's floats in another order (tests/aggregate/test_fold.py).
     np.testing.assert_allclose(ta.sums[: len(ta)], tb.sums[: len(tb)], rtol=1e-12, atol=1e-9)
     assert ta.extras == tb.extras
 

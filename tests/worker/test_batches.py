@@ -1,7 +1,7 @@
 """The batch consumer's own bookkeeping (monitor/worker/batches.py), on the Faust consumer a
 worker builds, not started: which offsets Faust may commit after a batch is acknowledged,
 and which batches a rebalance or a seek makes stale. Reading from a broker, rebalances
-and kill -9 are tests/test_worker_recovery.py's."""
+and kill -9 are tests/integration/test_worker_recovery.py's."""
 
 from __future__ import annotations
 

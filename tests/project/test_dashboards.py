@@ -12,7 +12,7 @@ from conftest import load_script
 
 from monitor.export.collector import METRICS
 
-DASHBOARDS = Path(__file__).resolve().parents[1] / "dashboards"
+DASHBOARDS = Path(__file__).resolve().parents[2] / "dashboards"
 generate = load_script(DASHBOARDS / "generate.py", "dashboards_generate")
 
 SUFFIXES = ("_bucket", "_sum", "_count", "_total")

@@ -13,7 +13,7 @@ from conftest import load_script
 
 from monitor.export.collector import METRICS
 
-ALERTS = Path(__file__).resolve().parents[1] / "alerts"
+ALERTS = Path(__file__).resolve().parents[2] / "alerts"
 generate = load_script(ALERTS / "generate.py", "alerts_generate")  # the rules' single source
 
 needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None,
@@ -50,6 +50,7 @@ def test_promtool_checks_the_rules():
 
 
 @needs_promtool
+@pytest.mark.integration  # a real promtool run of every case: ~65 s, longer than the rest
 def test_promtool_unit_tests_pass():
     done = subprocess.run(["promtool", "test", "rules", "ragmon-rules.test.yml"], cwd=ALERTS,
                           capture_output=True, text=True)

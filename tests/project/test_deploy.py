@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
 
 @pytest.mark.skipif(shutil.which("docker-compose") is None,

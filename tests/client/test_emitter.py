@@ -150,7 +150,7 @@ def test_the_docs_sdk_example_runs():
     import sys
     from pathlib import Path
 
-    page = (Path(__file__).resolve().parents[1] / "docs" / "sending.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "sending.md").read_text()
     section = page.split("## Sending decisions from your application", 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

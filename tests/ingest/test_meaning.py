@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import EXAMPLES, lines
-from test_export import samples, scrape
+from exposition import samples, scrape
 
 from monitor.aggregate.compiled import COMPILED
 from monitor.aggregate.pipeline import Pipeline

@@ -36,7 +36,7 @@ pytestmark = [
                        or shutil.which("prometheus-alertmanager") is None,
                        reason="Debian prometheus and prometheus-alertmanager are needed"),
 ]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class _Webhook(BaseHTTPRequestHandler):
