@@ -13,7 +13,7 @@ def scrape(pipeline, budget=20_000, drift=None, detail="lean"):
     registry = CollectorRegistry()
     collector = Collector(budget, detail)
     registry.register(collector)
-    collector.current = snapshot_of([pipeline], Health(partitions=4), drift)
+    collector.current = snapshot_of([pipeline], Health(partitions_owned=4), drift)
     return registry
 
 

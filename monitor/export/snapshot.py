@@ -26,26 +26,27 @@ ALL: Final = "all"  # dimension and value labels of a release's total
 
 @dataclass
 class Health:
-    """The worker's own health; `monitor/export/health.py` exports each field as one
-    ragmon_* metric. The worker updates its own; a snapshot holds a copy."""
+    """The worker's own health; `monitor/export/health.py` exports each field as the
+    ragmon_* metric of its name (counters with `_total`). The worker updates its own; a
+    snapshot holds a copy."""
 
-    dlq_produced: int = 0         # dead letters produced
-    batch_seconds: float = 0.0    # time spent folding batches
+    dlq_produced: int = 0                 # dead letters produced
+    batch_seconds: float = 0.0            # time spent folding batches
     batches: int = 0
-    batches_dropped: int = 0      # fetched, then left to be read again (a rebalance)
-    errors: int = 0               # failures inside the worker (ragmon_worker_errors)
-    replayed_skipped: int = 0     # redelivered offsets a checkpoint already held
-    checkpoints: int = 0          # partition checkpoints written
-    state_lost: int = 0           # partitions whose checkpoint was gone or behind
-    state_record_bytes: int = 0   # largest state record of the last batch
-    state_max_bytes: int = 0      # the setting
-    partitions: int = 0           # partitions owned
-    windows_skipped: int = 0      # closed windows drift detection never saw
-    releases_owned: int = 0       # releases this worker exports
-    watermark_lag: float = 0.0    # wall clock minus the newest event time
-    watermark: float = 0.0        # the newest event time (from the pipelines)
-    overflowed: int = 0           # label values mapped to other by caps (from the pipelines)
-    replaced: int = 0             # admitted values that left for busier ones or idle
+    batches_dropped: int = 0              # fetched, then left to be read again (a rebalance)
+    worker_errors: int = 0                # failures inside the worker
+    redelivered_skipped: int = 0          # redelivered offsets a checkpoint already held
+    checkpoints: int = 0                  # partition checkpoints written
+    state_lost: int = 0                   # partitions whose checkpoint was gone or behind
+    state_record_bytes: int = 0           # largest state record of the last batch
+    state_max_bytes: int = 0              # the setting
+    partitions_owned: int = 0
+    detection_windows_skipped: int = 0    # closed windows drift detection never saw
+    releases_owned: int = 0               # releases this worker exports
+    watermark_lag_seconds: float = 0.0    # wall clock minus the newest event time
+    last_event_timestamp_seconds: float = 0.0  # the newest event time (of the pipelines)
+    slice_values_overflowed: int = 0      # values mapped to other by caps (the pipelines)
+    slice_values_replaced: int = 0        # admitted values that left for busier ones or idle
 
 
 class Snapshot(NamedTuple):
@@ -109,8 +110,9 @@ def snapshot_from(layout: Layout, local: Local, health: Health,
                   drift: DriftView | None, cells: Table, counters: Counters,
                   otlp: Mapping[str, int] | None = None) -> Snapshot:
     """A snapshot of merged `cells` and `counters` and of what `local` took."""
-    health = dataclasses.replace(health, watermark=local.watermark,
-                                 overflowed=local.overflowed, replaced=local.replaced)
+    health = dataclasses.replace(health, last_event_timestamp_seconds=local.watermark,
+                                 slice_values_overflowed=local.overflowed,
+                                 slice_values_replaced=local.replaced)
     return Snapshot(layout, cells.cells(), counters.input, counters.rejected, counters.events,
                     health, drift, local.exemplars, dict(otlp) if otlp is not None else None)
 

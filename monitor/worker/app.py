@@ -64,8 +64,8 @@ FETCH_BYTES = 16 * 1024 * 1024  # per partition and fetch
 T = TypeVar("T")
 TopicKind = EventKind | Literal["otlp", "spans"]  # a topic's batch: events, or otlp spans
 # The worker's own counters, carried through a restart in place (inputs: the checkpoints').
-CARRIED_HEALTH = ("dlq_produced", "batch_seconds", "batches", "batches_dropped", "errors",
-                  "replayed_skipped", "checkpoints", "state_lost")
+CARRIED_HEALTH = ("dlq_produced", "batch_seconds", "batches", "batches_dropped",
+                  "worker_errors", "redelivered_skipped", "checkpoints", "state_lost")
 class Worker:
     """The Faust app and the per-partition state it folds into; `build()` makes one."""
 
@@ -199,7 +199,7 @@ class Worker:
         for done in folded:
             of_partition = records[done.partition]
             if any(rejection.reason == "worker_error" for _, rejection in done.dead):
-                self.health.errors += 1  # the states process printed the traceback
+                self.health.worker_errors += 1  # the states process printed the traceback
             for index, rejection in done.dead:
                 await self.dead.of_message(of_partition[index], rejection)
         if folded:
@@ -260,7 +260,7 @@ class Worker:
                 self.drift_view = self.drift.view(self.owns)
         except Exception:  # detection must never stop the fold
             log.exception("drift detection failed")
-            self.health.errors += 1
+            self.health.worker_errors += 1
             return
         self._arm_soon()
         for item in raised:
@@ -285,7 +285,7 @@ class Worker:
                 await in_daemon_thread(self.drift.arm)
             except Exception:
                 log.exception("threshold calibration failed")
-                self.health.errors += 1
+                self.health.worker_errors += 1
                 return
             self.drift_view = self.drift.view(self.owns)
             log.info("thresholds calibrated for %d streams in %.1f s",
@@ -319,13 +319,13 @@ class Worker:
     def refresh(self) -> None:
         """Swap in a new snapshot for the scrapes: the owned releases' merged cells, and
         this worker's own input counters and health."""
-        self.health.partitions = len(self.owned)
-        self.health.windows_skipped = self.merger.skipped
+        self.health.partitions_owned = len(self.owned)
+        self.health.detection_windows_skipped = self.merger.skipped
         cells = self.merger.table().only(self.owns)
         self.health.releases_owned = len({key[0] for key in cells})
         local = self.partitions.local or Local(0.0, 0, {})
-        watermark = local.watermark
-        self.health.watermark_lag = max(time.time() - watermark, 0.0) if watermark > 0 else 0
+        lag = time.time() - local.watermark if local.watermark > 0 else 0.0
+        self.health.watermark_lag_seconds = max(lag, 0.0)
         with self.tracer.start_as_current_span("ragmon.export"):
             counters = self.merger.counters(self.partitions.state_key(p) for p in self.owned)
             snapshot = snapshot_from(self.drift.layout, local, self.health,

@@ -57,7 +57,7 @@ class Partitions:
         self.settings = settings
         self.state_topic = state_topic
         self.seen_topic = seen_topic
-        self.health = health  # the worker's: checkpoints, state_lost, replayed_skipped
+        self.health = health  # the worker's: checkpoints, state_lost, redelivered_skipped
         self.offsets: dict[int, dict[str, int]] = {}  # applied, by partition held here
         self.local: Local | None = None  # the pipelines' watermark, caps, exemplars
         # Offsets this process applied per partition, kept when a partition is revoked:
@@ -85,7 +85,7 @@ class Partitions:
         while groups:
             done, missing, skipped = await self._states.fold(kind, groups)
             folded += done
-            self.health.replayed_skipped += skipped
+            self.health.redelivered_skipped += skipped
             for partition in missing:
                 self.offsets.pop(partition, None)
             await self.recover_all(missing)

@@ -115,7 +115,7 @@ class SpanStage:
         for partition, found in sorted(records.items()):
             held = self.held[partition]
             fresh = [record for record in found if record.offset > held.applied]
-            self.health.replayed_skipped += len(found) - len(fresh)
+            self.health.redelivered_skipped += len(found) - len(fresh)
             if fresh:
                 self._merge(partition, held, fresh)
                 work.append(_Step(partition, held, held.intake.take(), fresh[-1].offset))
@@ -126,7 +126,7 @@ class SpanStage:
             try:
                 fragments = fragments_of(record.value)
             except (msgspec.DecodeError, msgspec.ValidationError, TypeError):
-                self.health.errors += 1
+                self.health.worker_errors += 1
                 log.error("%s/%d offset %d: not a spans record; skipped",
                           self.settings.topic_spans, partition, record.offset)
                 continue

@@ -31,7 +31,7 @@ def every(app: faust.App, seconds: float, step: Callable[[], Awaitable[None] | N
                 await done
         except Exception as exc:
             if health is not None:
-                health.errors += 1
+                health.worker_errors += 1
             if traceback:
                 log.exception("%s failed", what)
             else:
@@ -65,7 +65,7 @@ async def retrying(attempt: Callable[[], Awaitable[T]], what: str, health: Healt
         try:
             return await attempt()
         except Exception:
-            health.errors += 1
+            health.worker_errors += 1
             log.exception("%s failed; retrying in %.1f s", what, delay)
             await asyncio.sleep(delay)
             delay = min(2 * delay, 30.0)

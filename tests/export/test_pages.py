@@ -52,7 +52,7 @@ def pages():
 def test_every_scrape_of_a_snapshot_gets_the_bytes_rendered_once(pages, examples):
     pipeline = Pipeline(load())
     pipeline.feed(lines(examples / "traces.jsonl"))
-    snapshot = snapshot_of([pipeline], Health(partitions=1))
+    snapshot = snapshot_of([pipeline], Health(partitions_owned=1))
     port = pages.args[1]
     _offer_until(pages, snapshot, lambda: pages._sent is snapshot)
     # The same page as the collector renders in process, in both formats.
@@ -83,12 +83,12 @@ def test_a_new_snapshot_replaces_the_page_and_the_process_follows_the_worker(pag
     pipeline = Pipeline(load())
     traces = list(Simulator(seed=1).traces(400))
     pipeline.feed(traces[:200])
-    first = snapshot_of([pipeline], Health(partitions=1))
+    first = snapshot_of([pipeline], Health(partitions_owned=1))
     port = pages.args[1]
     _offer_until(pages, first, lambda: pages._sent is first)
     before = _get(port)[1]
     pipeline.feed(traces[200:])
-    second = snapshot_of([pipeline], Health(partitions=1))
+    second = snapshot_of([pipeline], Health(partitions_owned=1))
     _offer_until(pages, second, lambda: pages._sent is second)
     deadline = time.monotonic() + 30
     while _get(port)[1] == before:  # installed once rendered

@@ -48,7 +48,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def snapshot():  # type: ignore[no-untyped-def]
     pipeline = Pipeline(load_settings())
     pipeline.feed(lines(EXAMPLES / "traces.jsonl"))
-    return snapshot_of([pipeline], Health(partitions=1))
+    return snapshot_of([pipeline], Health(partitions_owned=1))
 
 
 def start(snapshot, web: Path | None = None, limits: Limits | None = None,  # type: ignore[no-untyped-def]
@@ -359,7 +359,7 @@ def test_a_client_leaving_mid_response_is_counted_not_a_traceback(capfd):
     pipeline = Pipeline(load_settings(slice_values_max=200))
     from monitor.simulate import Simulator
     pipeline.feed(list(Simulator(seed=2).traces(20_000)))
-    big = snapshot_of([pipeline], Health(partitions=1))
+    big = snapshot_of([pipeline], Health(partitions_owned=1))
     pages = start(big, budget=1_000_000, full=True)
     try:
         port = pages.args[1]

@@ -21,7 +21,7 @@ def test_a_restarted_worker_starts_from_the_counters_it_was_handed(monkeypatch):
     worker = build(load())
     assert (worker.health.state_lost, worker.health.batches) == (3, 7)
     assert worker.health.batch_seconds == 1.5
-    assert worker.health.watermark == 0.0  # read afresh, not carried
+    assert worker.health.last_event_timestamp_seconds == 0.0  # read afresh, not carried
     assert "watermark" not in CARRIED_HEALTH and stall.carried() == {}  # read once
     monkeypatch.setenv(stall.CARRIED, "not json")
     assert stall.carried() == {}
