@@ -325,7 +325,7 @@ datasources:
     isDefault: true
     jsonData:
       # Exemplar trace ids link to your tracing datasource (Tempo, Jaeger, ...): Grafana
-      # expands the variable from its environment when it reads this file (README).
+      # expands the variable from its environment when it reads this file (docs/dashboards.md).
       exemplarTraceIdDestinations:
         - name: trace_id
           datasourceUid: ${GRAFANA_TRACES_DATASOURCE_UID}

@@ -44,7 +44,7 @@ def quantile(hist: Histogram, counts: np.ndarray, q: float) -> float | None:
 
 
 def summarize(cell: Cell, layout: Layout) -> dict[str, Any]:
-    """The replay summary's per-cell object `M` (see README, "Summary JSON")."""
+    """The replay summary's per-cell object `M` (docs: Reference, "The summary JSON")."""
     c = {name: int(cell.counts[i]) for name, i in layout.counts.items()}
     s = {name: float(cell.sums[i]) for name, i in layout.sums.items()}
     traces = c["traces"]

@@ -80,7 +80,8 @@ CHECKS: Final = _cell("ragmon_checks", "counter",
 FEEDBACK: Final = _cell("ragmon_feedback", "counter", "User feedback joined to traces.",
                         "score")
 LABEL_OUTCOMES: Final = _cell("ragmon_label_outcomes", "counter",
-                              "Label outcomes joined to traces (see README).", "outcome")
+                              "Label outcomes joined to traces: each label rate is a ratio of two.",
+                              "outcome")
 SIGNAL: Final = _cell("ragmon_signal", "histogram", "Distribution of gate signals.", "signal")
 LATENCY: Final = _cell("ragmon_latency_seconds", "histogram",
                        "Request latency reported in traces.")

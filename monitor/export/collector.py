@@ -4,7 +4,7 @@ Nothing is counted per event through prometheus_client (`.labels().inc()` per ev
 alone capped throughput at ~6k traces/s here). The worker swaps in a new `Snapshot`
 after folding; at scrape time `Collector.collect()` turns it into metric families.
 
-The layout is lean by default (`metrics_detail`, README "Metrics"): a release total
+The layout is lean by default (`metrics_detail`, docs/operating.md): a release total
 exports every family; a slice exports the counters the dashboards and alert rules read
 per slice (decisions, reasons, gate leaks, requirements, checks, label outcomes, its top
 missing requirements), only those with a count, and no histograms, claims, feedback or
