@@ -18,7 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from monitor.broker import free_port
 from monitor.worker.connection import kafka_python_options
 
-__all__ = ["outcome", "read_dlq", "release_traces", "scrape", "start_worker", "stop",
+__all__ = ["OWNED", "outcome", "read_dlq", "release_traces", "scrape", "start_two_workers",
+           "start_worker", "stop",
            "topics_in_shape", "wait_for"]
 
 
@@ -71,6 +72,24 @@ def start_worker(broker, tmp_path, name="worker", app_id="ragmon-test", env=None
                                stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
     wait_for(lambda: scrape(port), what=f"{name} metrics endpoint")
     return process, port
+
+
+OWNED = ("ragmon_partitions_owned", ())  # the scrape key of a worker's partitions
+
+
+def start_two_workers(broker, tmp_path, env=None):
+    """Workers "a" and "b" in one group, once they share the partitions (2 each):
+    (first, its port, second, its port). Both stopped if they never do."""
+    first, port_a = start_worker(broker, tmp_path, "a", env=env)
+    second, port_b = start_worker(broker, tmp_path, "b", env=env)
+    try:
+        wait_for(lambda: scrape(port_a).get(OWNED) == scrape(port_b).get(OWNED) == 2,
+                 what="the partitions shared by two workers")
+    except BaseException:
+        stop(first)
+        stop(second)
+        raise
+    return first, port_a, second, port_b
 
 
 def stop(process):

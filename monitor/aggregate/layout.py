@@ -16,15 +16,13 @@ from monitor.ingest.contract import DECISIONS, IMPORTANCES, SELF_CHECKS, VERDICT
 from monitor.ingest.meaning import LABEL_OUTCOMES
 from monitor.settings import Settings
 
-__all__ = ["CLAIM_KINDS", "LABEL_COUNTS", "Histogram", "Layout", "from_settings"]
+__all__ = ["CLAIM_KINDS", "Histogram", "Layout", "from_settings"]
 
 CLAIM_KINDS: Final = tuple(
     f"{importance}_{verdict}"
     for importance in IMPORTANCES
     for verdict in VERDICTS
 )
-# Label outcomes (`meaning.LABEL_OUTCOMES`); each label rate is a ratio of two.
-LABEL_COUNTS: Final = LABEL_OUTCOMES
 SCALAR_COUNTS: Final = (
     "traces",
     *(f"decision_{d}" for d in DECISIONS),
@@ -36,7 +34,7 @@ SCALAR_COUNTS: Final = (
     *(f"self_check_{v}" for v in SELF_CHECKS),
     "usage_traces",
     "feedback_up", "feedback_down",
-    *(f"label_{name}" for name in LABEL_COUNTS),
+    *(f"label_{name}" for name in LABEL_OUTCOMES),
 )
 SCALAR_SUMS: Final = ("coverage_sum", "input_tokens_sum", "output_tokens_sum", "model_calls_sum")
 EVALS: Final = ("faithfulness", "answer_relevancy", "context_precision", "context_recall")

@@ -28,14 +28,14 @@ from prometheus_client.registry import Collector as _Collector
 from prometheus_client.samples import Exemplar
 
 from monitor.aggregate.derive import ratio
-from monitor.aggregate.layout import CLAIM_KINDS, LABEL_COUNTS, Layout
+from monitor.aggregate.layout import CLAIM_KINDS, Layout
 from monitor.aggregate.table import TOTAL, Cell, CellKey
 from monitor.export import catalog as c
 from monitor.export import health as status
 from monitor.export.catalog import METRICS
 from monitor.export.snapshot import ALL, Snapshot, snapshot_of
 from monitor.ingest.contract import DECISIONS
-from monitor.ingest.meaning import LABEL_RATES
+from monitor.ingest.meaning import LABEL_OUTCOMES, LABEL_RATES
 
 __all__ = [
     "ALL",
@@ -146,7 +146,7 @@ class _Families:
             return (counters + len(SLICE_CHECKS) + len(SLICE_LABEL_OUTCOMES)
                     + min(missing, SLICE_MISSING_TOP))
         hist = sum(status.SIGNAL_BUCKETS + 3 for _ in layout.histograms)
-        return (counters + 5 + len(LABEL_COUNTS) + missing + len(CLAIM_KINDS) + 2 + hist
+        return (counters + 5 + len(LABEL_OUTCOMES) + missing + len(CLAIM_KINDS) + 2 + hist
                 + len(self.gauges) + 2 * len(LABEL_RATES))
 
     def add_cell(self, key: CellKey, cell: Cell) -> None:
@@ -196,7 +196,7 @@ class _Families:
                             ("self_check_skipped", "self_check_skipped")):
             if full or check in SLICE_CHECKS:
                 add(self.checks, [check], int(n[col[name]]))
-        for outcome in LABEL_COUNTS if full else SLICE_LABEL_OUTCOMES:
+        for outcome in LABEL_OUTCOMES if full else SLICE_LABEL_OUTCOMES:
             add(self.label_outcomes, [outcome], int(n[col[f"label_{outcome}"]]))
 
     def _detail(self, key: CellKey, labels: list[str], cell: Cell) -> None:

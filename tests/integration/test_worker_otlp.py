@@ -13,7 +13,16 @@ from collections import Counter
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from workers import read_dlq, scrape, start_worker, stop, topics_in_shape, wait_for
+from workers import (
+    OWNED,
+    read_dlq,
+    scrape,
+    start_two_workers,
+    start_worker,
+    stop,
+    topics_in_shape,
+    wait_for,
+)
 
 from monitor.cli import main
 from monitor.client import produce
@@ -183,12 +192,8 @@ def test_two_workers_one_killed_the_other_takes_over_the_span_buffers(broker, tm
     spans, decided = genai_app(240, seed=31)
     raws = messages(spans, "otlp_json", 5)
     env = {**OTLP, "RAGMON_OTLP_GRACE_SECONDS": "4", "RAGMON_STALL_SECONDS": "15"}
-    first, port_a = start_worker(broker, tmp_path, "a", env=env)
-    second, port_b = start_worker(broker, tmp_path, "b", env=env)
+    first, port_a, second, port_b = start_two_workers(broker, tmp_path, env)
     try:
-        owned = ("ragmon_partitions_owned", ())
-        wait_for(lambda: scrape(port_a).get(owned) == scrape(port_b).get(owned) == 2,
-                 what="the partitions shared by two workers")
         send(settings, raws[:len(raws) // 2])
         wait_for(lambda: otlp(scrape(port_a), "spans", "read")
                  + otlp(scrape(port_b), "spans", "read") >= len(spans) // 4,
@@ -196,7 +201,7 @@ def test_two_workers_one_killed_the_other_takes_over_the_span_buffers(broker, tm
         first.kill()  # kill -9 with traces in its buffers: they move with the partitions
         first.wait()
         send(settings, raws[len(raws) // 2:])
-        wait_for(lambda: scrape(port_b).get(owned) == 4, what="the survivor owning all")
+        wait_for(lambda: scrape(port_b).get(OWNED) == 4, what="the survivor owning all")
         wait_for(lambda: sum(by_decision(scrape(port_b)).values()) >= 240, timeout=150,
                  what="every decision counted by the survivor")
         time.sleep(6)  # past the grace: a double count would show now

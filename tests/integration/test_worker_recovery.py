@@ -15,9 +15,11 @@ from kafka import KafkaAdminClient, TopicPartition
 from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 from workers import (
+    OWNED,
     outcome,
     release_traces,
     scrape,
+    start_two_workers,
     start_worker,
     stop,
     topics_in_shape,
@@ -74,19 +76,15 @@ def test_two_workers_one_killed_the_other_takes_over_exactly(broker, tmp_path):
     valid = sum(not isinstance(parse(m), Rejection) for m in messages)
     # A survivor whose agent stalls after the takeover restarts itself (monitor/worker/stall.py).
     env = {"RAGMON_STALL_SECONDS": "15"}
-    first, port_a = start_worker(broker, tmp_path, "a", env=env)
-    second, port_b = start_worker(broker, tmp_path, "b", env=env)
+    first, port_a, second, port_b = start_two_workers(broker, tmp_path, env)
     try:
-        owned = ("ragmon_partitions_owned", ())
-        wait_for(lambda: scrape(port_a).get(owned) == scrape(port_b).get(owned) == 2,
-                 what="the partitions shared by two workers")
         produce(settings, settings.topic_decisions, messages[:3000])
         wait_for(lambda: outcome(scrape(port_a), "read") + outcome(scrape(port_b), "read")
                  >= 1500, what="both workers reading")
         first.kill()  # kill -9 mid-stream: its partitions move to the survivor
         first.wait()
         produce(settings, settings.topic_decisions, messages[3000:])
-        wait_for(lambda: scrape(port_b).get(owned) == 4, what="the survivor owning all")
+        wait_for(lambda: scrape(port_b).get(OWNED) == 4, what="the survivor owning all")
         wait_for(lambda: release_traces(scrape(port_b)) >= valid, timeout=150,
                  what="every valid trace counted by the survivor")
         time.sleep(2)  # nothing more may arrive: a double count would show now
@@ -104,12 +102,8 @@ def test_two_workers_merge_every_partition_and_each_release_has_one_owner(broker
     messages = list(Simulator(seed=11, scenario="bad_input", change_at=0).traces(4000))
     traces = [r.event for m in messages if isinstance(r := parse(m), Accepted)]
     expected = Counter(t.system.release for t in traces)
-    a, port_a = start_worker(broker, tmp_path, "a")
-    b, port_b = start_worker(broker, tmp_path, "b")
+    a, port_a, b, port_b = start_two_workers(broker, tmp_path)
     try:
-        owned = ("ragmon_partitions_owned", ())
-        wait_for(lambda: scrape(port_a).get(owned) == scrape(port_b).get(owned) == 2,
-                 what="the partitions shared by two workers")
         produce(settings, settings.topic_decisions, messages)
         wait_for(lambda: sum(release_traces(scrape(p)) for p in (port_a, port_b))
                  >= len(traces), what="every valid trace in the merged cells")
