@@ -40,6 +40,29 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"unknown brokers {sorted(unknown)}; choose from {BROKERS}")
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test that started processes shows the end of their logs (`*.log` in its
+    tmp_path: workers, page processes), client chatter left out: in CI that is all there
+    is to read afterwards."""
+    report = yield
+    tmp_path = getattr(item, "funcargs", {}).get("tmp_path")
+    if report.failed and call.when == "call" and tmp_path is not None:
+        for log in sorted(Path(tmp_path).glob("*.log")):
+            lines = [line for line in log.read_text(errors="replace").splitlines()
+                     if not any(noise in line for noise in LOG_NOISE)]
+            report.sections.append((f"{log.name}, its last {LOG_LINES} lines",
+                                    "\n".join(lines[-LOG_LINES:])))
+    return report
+
+
+LOG_LINES = 150
+# Client libraries' connection chatter, which would fill those lines.
+LOG_NOISE = ("KafkaTCPTransport", "KafkaConnection", "metadata refresh", "Updated metadata",
+             "IO loop", "ootstrap", "Initializing connection", "Coordinator for GROUP",
+             "Heartbeat", "Updating subscribed topics", "| ", "+-")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A slow test (a long statistical run) is left out of the fast tier with the
     integration tests: `-m "not integration"` is the everyday tier, CI runs everything."""

@@ -87,6 +87,18 @@ class BatchConsumer(Consumer):
             if epoch > since:
                 await super().seek(tp, offset)
 
+    async def refresh_metadata(self) -> None:
+        """Ask the broker for its metadata now. aiokafka asks on its own only every
+        `consumer_metadata_max_age_ms` (5 minutes), or after an error: partitions the
+        topic check has just added (a topic a client auto-created with one partition)
+        stayed unassigned until then, their traces unread (seen on Apache Kafka)."""
+        thread = self._thread
+
+        async def force() -> None:  # in the consumer's own thread and loop
+            await thread._ensure_consumer()._client.force_metadata_update()
+
+        await thread.call_thread(force)
+
     def current(self, batch: Batch) -> bool:
         """Whether `batch` was read since the last rebalance or seek."""
         return batch.epoch == self.epoch

@@ -135,6 +135,11 @@ class Tail:
         self.check_seconds = check_seconds
         self._consumer: AIOKafkaConsumer | None = None
         self._checked = 0.0
+        # Where each partition was read up to. A consumer that failed (a broker away)
+        # goes on from there: read again from the beginning, a partition's older
+        # records came back first, and its reader took them as the newest for a while
+        # (a checkpoint merged back to an older one: the exported counters went down).
+        self._positions: dict[int, int] = {}
 
     async def poll(self, max_polls: int = 50) -> list[tuple[bytes, bytes]]:
         if self._consumer is None:
@@ -142,19 +147,23 @@ class Tail:
                                         enable_auto_commit=False, auto_offset_reset="earliest")
             await consumer.start()
             consumer.assign([TopicPartition(self.topic, p) for p in range(self.partitions)])
+            for partition, offset in self._positions.items():
+                consumer.seek(TopicPartition(self.topic, partition), offset)
             self._consumer = consumer
         read: list[tuple[bytes, bytes]] = []
         try:
             for _ in range(max_polls):
                 batches = await self._consumer.getmany(timeout_ms=10, max_records=2_000)
-                records = [r for rs in batches.values() for r in rs]
-                read += [(record.key, record.value) for record in records
-                         if record.key is not None and record.value is not None]
-                if not records:
+                for tp, records in batches.items():
+                    read += [(record.key, record.value) for record in records
+                             if record.key is not None and record.value is not None]
+                    if records:
+                        self._positions[tp.partition] = records[-1].offset + 1
+                if not any(batches.values()):
                     await self._rewind_if_behind()
                     break
         except Exception:
-            await self.stop()  # start again from the beginning: what was read is newest
+            await self._drop()  # the next poll goes on from the positions read
             raise
         return read
 
@@ -172,9 +181,16 @@ class Tail:
             if ends[tp] < await consumer.position(tp) - 1:
                 log.warning("%s/%d: end offset %d is behind the position read: reading it "
                             "again from the beginning", tp.topic, tp.partition, ends[tp])
+                self._positions.pop(tp.partition, None)
                 await consumer.seek_to_beginning(tp)
 
     async def stop(self) -> None:
+        """Stop reading; the next poll reads every partition again from its beginning
+        (a new log: the broker lost the old one)."""
+        self._positions.clear()
+        await self._drop()
+
+    async def _drop(self) -> None:
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             await consumer.stop()

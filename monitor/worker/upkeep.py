@@ -86,8 +86,11 @@ async def check_topics(worker: Tended) -> None:
     restores the checkpoint, finds it gone or behind what this process applied
     (`state_lost`) and counts from the new log, skipping nothing as a redelivery."""
     settings = worker.settings
-    for change in await asyncio.to_thread(ensure_topics, settings):
+    changes = await asyncio.to_thread(ensure_topics, settings)
+    for change in changes:
         log.warning("topic check: %s", change)
+    if changes and worker.app.consumer is not None:  # its new partitions assigned now
+        await worker.app.consumer.refresh_metadata()
     names = input_topics(settings)
     ids = await asyncio.to_thread(topic_ids, settings, names)
     changed = {name for name, old in worker.topic_ids.items() if ids.get(name, old) != old}
