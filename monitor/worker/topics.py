@@ -140,32 +140,58 @@ class Tail:
         # records came back first, and its reader took them as the newest for a while
         # (a checkpoint merged back to an older one: the exported counters went down).
         self._positions: dict[int, int] = {}
+        self._until: dict[int, int] = {}  # the ends to read up to before a poll returns
 
     async def poll(self, max_polls: int = 50) -> list[tuple[bytes, bytes]]:
-        if self._consumer is None:
-            consumer = AIOKafkaConsumer(**aiokafka_options(self.settings), group_id=None,
-                                        enable_auto_commit=False, auto_offset_reset="earliest")
-            await consumer.start()
-            consumer.assign([TopicPartition(self.topic, p) for p in range(self.partitions)])
-            for partition, offset in self._positions.items():
-                consumer.seek(TopicPartition(self.topic, partition), offset)
-            self._consumer = consumer
         read: list[tuple[bytes, bytes]] = []
         try:
-            for _ in range(max_polls):
+            if self._consumer is None:
+                await self._start()
+            assert self._consumer is not None
+            deadline = time.monotonic() + END_SECONDS
+            polls = 0
+            while True:
                 batches = await self._consumer.getmany(timeout_ms=10, max_records=2_000)
                 for tp, records in batches.items():
                     read += [(record.key, record.value) for record in records
                              if record.key is not None and record.value is not None]
                     if records:
                         self._positions[tp.partition] = records[-1].offset + 1
-                if not any(batches.values()):
-                    await self._rewind_if_behind()
+                polls += 1
+                catching_up = self._behind() and time.monotonic() < deadline
+                if any(batches.values()):
+                    if polls < max_polls or catching_up:
+                        continue
                     break
+                if catching_up:
+                    continue
+                self._until = {}
+                await self._rewind_if_behind()
+                break
         except Exception:
             await self._drop()  # the next poll goes on from the positions read
             raise
         return read
+
+    async def _start(self) -> None:
+        consumer = AIOKafkaConsumer(**aiokafka_options(self.settings), group_id=None,
+                                    enable_auto_commit=False, auto_offset_reset="earliest")
+        await consumer.start()
+        self._consumer = consumer
+        tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
+        consumer.assign(tps)
+        for partition, offset in self._positions.items():
+            consumer.seek(TopicPartition(self.topic, partition), offset)
+        # The first poll reads up to the ends as they are now: a reader that returned
+        # at its first empty fetch had merged only some partitions' newest checkpoints
+        # (after a restart in place: counters exported lower than before it).
+        ends = await asyncio.wait_for(consumer.end_offsets(tps), timeout=END_SECONDS)
+        self._until = {tp.partition: end for tp, end in ends.items()}
+
+    def _behind(self) -> bool:
+        """Whether a partition has not been read up to its end taken at the start."""
+        return any(self._positions.get(partition, 0) < end
+                   for partition, end in self._until.items())
 
     async def _rewind_if_behind(self) -> None:
         consumer = self._consumer

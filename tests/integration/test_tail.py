@@ -1,7 +1,8 @@
 """Stage two's reader of the state topic (`monitor.worker.topics.Tail`) on a real broker:
-after a failed poll it goes on from where it was; only `stop` (a new log) reads a topic
-again from its beginning. Read again after a failure, a partition's older checkpoints
-came back first and were merged as the newest: the exported counters went down."""
+its first poll reads every partition to its end; after a failed poll it goes on from
+where it was; only `stop` (a new log) reads a topic again from its beginning. (Read
+again after a failure, a partition's older checkpoints came back first and were merged
+as the newest: the exported counters went down.)"""
 
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ def test_a_tail_goes_on_after_a_failure_and_reads_again_only_when_stopped(broker
     ensure_topics(settings)
     topic = settings.topic_state
 
-    def send(*values: bytes) -> None:
+    def send(*values: bytes, partition: int = 0) -> None:
         producer = KafkaProducer(**kafka_python_options(settings))
         for value in values:
-            producer.send(topic, key=b"ragmon:p0", value=value, partition=0)
+            producer.send(topic, key=b"ragmon:p%d" % partition, value=value,
+                          partition=partition)
         producer.flush()
         producer.close()
 
@@ -55,3 +57,19 @@ def test_a_tail_goes_on_after_a_failure_and_reads_again_only_when_stopped(broker
     assert first == [b"1", b"2"]
     assert after_failure == [b"3"]
     assert after_stop == [b"1", b"2", b"3"]
+
+    async def first_poll() -> list[bytes]:
+        tail = Tail(settings, topic, settings.partitions)
+        try:
+            return sorted(value for _, value in await tail.poll())
+        finally:
+            await tail.stop()
+
+    # A new reader's first poll reads every partition up to its end (stage two merges
+    # it into a fresh table: a part of the partitions would export lower counters).
+    written = []
+    for partition in range(settings.partitions):
+        values = [b"p%d-%d" % (partition, i) for i in range(50)]
+        send(*values, partition=partition)
+        written += values
+    assert asyncio.run(first_poll()) == sorted([b"1", b"2", b"3", *written])
