@@ -1,5 +1,6 @@
-"""Builds the compiled fold and admission (monitor/aggregate/_fold.pyx and _admission.pyx);
-metadata lives in pyproject.toml.
+"""Builds the compiled fold and admission (monitor/aggregate/_fold.pyx and _admission.pyx)
+and the OTLP wire checker and scanner (monitor/ingest/_otlp_check.pyx, _otlp_wire.pyx,
+sharing _protowire.pxd); metadata lives in pyproject.toml.
 
 Without a C compiler the build goes on and ragmon runs the same code in pure Python
 (monitor/aggregate/compiled.py picks whichever is there), ~1.9x slower on replay. With
@@ -14,8 +15,9 @@ from setuptools import Extension, setup
 REQUIRED = os.environ.get("RAGMON_REQUIRE_COMPILED", "") not in ("", "0")
 
 setup(ext_modules=cythonize(
-    [Extension(f"monitor.aggregate.{name}", [f"monitor/aggregate/{name}.pyx"],
+    [Extension(f"monitor.{name.replace('/', '.')}", [f"monitor/{name}.pyx"],
                optional=not REQUIRED, extra_compile_args=["-O2"])
-     for name in ("_fold", "_admission")],
+     for name in ("aggregate/_fold", "aggregate/_admission", "ingest/_otlp_check",
+                  "ingest/_otlp_wire")],
     compiler_directives={"language_level": "3"},
 ))

@@ -18,34 +18,21 @@ tests/aggregate/test_fold.py compare the two paths.
 
 from __future__ import annotations
 
-import importlib
-import os
-from types import ModuleType
 from typing import TYPE_CHECKING
 
-# A loader only: it imports no module of ragmon's by name, so that the compiled modules
-# (which import their references' constants, e.g. `_admission` from `admission`) and
-# the modules that use them (`fold`, `pipeline`) form no circle.
+from monitor.ingest.native import REQUIRED, load
+
+# A chooser only: it imports no module of ragmon's but the loader, so that the compiled
+# modules (which import their references' constants, e.g. `_admission` from
+# `admission`) and the modules that use them (`fold`, `pipeline`) form no circle.
 __all__ = ["ADMISSION", "COMPILED", "FOLD", "REQUIRED"]
-
-REQUIRED = os.environ.get("RAGMON_REQUIRE_COMPILED", "") not in ("", "0")
-
-
-def _load(name: str) -> ModuleType | None:
-    try:
-        return importlib.import_module(f"monitor.aggregate.{name}")
-    except ImportError as exc:
-        if REQUIRED:
-            raise ImportError(f"monitor.aggregate.{name} is not built and "
-                              f"RAGMON_REQUIRE_COMPILED is set: {exc}") from exc
-        return None
 
 
 if TYPE_CHECKING:  # mypy reads their stubs (`_fold.pyi`, `_admission.pyi`) ...
     from monitor.aggregate import _admission as ADMISSION
     from monitor.aggregate import _fold as FOLD
 else:  # ... and at run time either is None where it was not built
-    FOLD = _load("_fold")
-    ADMISSION = _load("_admission")
+    FOLD = load("monitor.aggregate._fold")
+    ADMISSION = load("monitor.aggregate._admission")
 COMPILED = FOLD is not None and ADMISSION is not None
 

@@ -20,7 +20,7 @@ import binascii
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Final, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeAlias
 
 import msgspec
 from google.protobuf.message import DecodeError
@@ -28,8 +28,14 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
 from monitor.ingest.contract import CONTENT_FIELDS
+from monitor.ingest.native import load
 
-__all__ = ["MAX_MESSAGE_BYTES", "Decoded", "Fragment", "NotOtlp", "Span", "decode"]
+if TYPE_CHECKING:  # mypy reads its stub (`_otlp_wire.pyi`) ...
+    from monitor.ingest import _otlp_wire as WIRE
+else:  # ... and at run time it is None where it was not built
+    WIRE = load("monitor.ingest._otlp_wire")
+
+__all__ = ["MAX_MESSAGE_BYTES", "WIRE", "Decoded", "Fragment", "NotOtlp", "Span", "decode"]
 
 # The Collector's Kafka exporter's default `max_message_bytes`: a limit of its own,
 # not the 256 KiB of a decision message.
@@ -133,8 +139,10 @@ class NotOtlp(NamedTuple):
 
 
 def decode(raw: bytes, source: tuple[str, int, int],
-           max_bytes: int = MAX_MESSAGE_BYTES) -> Decoded | NotOtlp:
-    """The fragments of one `otlp_proto` or `otlp_json` message."""
+           max_bytes: int = MAX_MESSAGE_BYTES, wire: bool = True) -> Decoded | NotOtlp:
+    """The fragments of one `otlp_proto` or `otlp_json` message. An `otlp_proto` one is
+    scanned by the compiled reader where it is built (`wire`; False: the reference,
+    protobuf's parse and a walk of its objects; both give the same fragments)."""
     if len(raw) > max_bytes:
         return NotOtlp("too_large", f"{len(raw)} bytes > limit {max_bytes}")
     gather = _Gather(source)
@@ -149,6 +157,17 @@ def decode(raw: bytes, source: tuple[str, int, int],
             _walk_json(document, gather)
         except (TypeError, ValueError, AttributeError, KeyError, binascii.Error) as exc:
             return NotOtlp("not_otlp", f"otlp_json: not trace data ({type(exc).__name__})")
+    elif wire and WIRE is not None:
+        try:
+            found = WIRE.spans(raw, _ROUTES, _route, (_IGNORE, _CONTENT, _KEEP, _ROW), EVENTS,
+                               documents, Span)
+        except UnicodeDecodeError:
+            return NotOtlp("not_otlp", "otlp_proto: not a TracesData message")
+        except ValueError as exc:
+            return NotOtlp("not_otlp", f"otlp_proto: {exc}")
+        for trace_id, span, dropped in found:
+            gather.dropped += dropped
+            gather.add(trace_id, span, dropped)
     else:
         data = TracesData()
         try:
@@ -209,21 +228,25 @@ class _Gather:
                      value_of(raw) if at is not None else "")
                 self.dropped += content
             else:  # gen_ai.retrieval.documents
-                span.docs.extend(self._documents(value_of(raw)))
+                found, dropped = documents(value_of(raw))
+                span.docs.extend(found)
+                self.dropped += dropped
 
-    def _documents(self, value: Value) -> list[tuple[str | None, float | None]]:
-        """GenAI `gen_ai.retrieval.documents`: a JSON array of `{"id", "score"}` (anything
-        else in it, such as a document's content, is left behind and counted)."""
-        try:
-            documents = json.loads(value) if isinstance(value, str) else value
-        except ValueError:
-            return []
-        found: list[tuple[str | None, float | None]] = []
-        for document in documents if isinstance(documents, list) else ():
-            if isinstance(document, dict):
-                self.dropped += sum(1 for key in document if key not in ("id", "score"))
-                found.append((_text(document.get("id")), _number(document.get("score"))))
-        return found
+
+def documents(value: Value) -> tuple[list[tuple[str | None, float | None]], int]:
+    """GenAI `gen_ai.retrieval.documents`: a JSON array of `{"id", "score"}`, and how many
+    other fields its documents had (a document's content...: left behind, counted)."""
+    try:
+        parsed = json.loads(value) if isinstance(value, str) else value
+    except ValueError:
+        return [], 0
+    found: list[tuple[str | None, float | None]] = []
+    dropped = 0
+    for document in parsed if isinstance(parsed, list) else ():
+        if isinstance(document, dict):
+            dropped += sum(1 for key in document if key not in ("id", "score"))
+            found.append((_text(document.get("id")), _number(document.get("score"))))
+    return found, dropped
 
 
 def _walk_json(document: Any, gather: _Gather) -> None:
