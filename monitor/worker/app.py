@@ -113,7 +113,7 @@ class Worker:
             self.spans = SpanStage(settings, raw_topic(app, settings.topic_spans),
                                    raw_topic(app, settings.topic_decisions),
                                    raw_topic(app, settings.topic_state), self.health,
-                                   self.dead.send, self.partitions.forward)
+                                   self.dead.send)
             self.kinds = (("otlp", settings.otlp_topic), ("spans", settings.topic_spans),
                           *self.kinds)
 

@@ -27,7 +27,6 @@ from typing import Any, cast
 from monitor.aggregate.pipeline import EventKind
 from monitor.export.snapshot import Health, Local
 from monitor.frames import FRAME_LENGTH, pack_frame
-from monitor.ingest.spans import Forwarded
 from monitor.settings import Settings
 from monitor.worker import states, topics
 from monitor.worker.states import (
@@ -35,7 +34,6 @@ from monitor.worker.states import (
     FoldedBatch,
     FoldGroups,
     Forget,
-    Forward,
     Group,
     ReadLocal,
     Request,
@@ -93,11 +91,6 @@ class Partitions:
         for found in folded:
             self.offsets[found.partition] = found.offsets
         return folded
-
-    async def forward(self, raws: list[bytes],
-                      sources: list[tuple[str, int, int]]) -> Forwarded:
-        """OTLP messages -> fragment records (monitor/worker/spans.py), in the states process."""
-        return await self._states.forward(raws, sources)
 
     async def refresh_local(self) -> None:
         self.local = await self._states.local()
@@ -223,9 +216,6 @@ class _StatesProcess:
 
     async def local(self) -> Local:
         return cast(Local, await self._call(ReadLocal()))
-
-    async def forward(self, raws: list[bytes], sources: list[tuple[str, int, int]]) -> Forwarded:
-        return cast(Forwarded, await self._call(Forward(raws, sources)))
 
     async def _call(self, request: Request) -> Any:
         async with self._lock:

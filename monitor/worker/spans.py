@@ -40,11 +40,11 @@ import msgspec
 
 from monitor.export.snapshot import Health
 from monitor.ingest.parse import Rejection
-from monitor.ingest.spans import Assembled, Forwarded, SpanIntake, fragments_of
+from monitor.ingest.spans import Assembled, SpanIntake, forward, fragments_of
 from monitor.settings import Settings
 from monitor.worker import topics
 
-__all__ = ["SpanStage"]
+__all__ = ["SpanStage", "send_keyed"]
 
 log = logging.getLogger("ragmon.worker")
 
@@ -56,7 +56,6 @@ class _Checkpoint(msgspec.Struct):
 
 _read_checkpoint = msgspec.msgpack.Decoder(_Checkpoint)
 DeadLetter = Callable[[tuple[str, int, int], bytes, Rejection], Awaitable[None]]
-Decode = Callable[[list[bytes], list[tuple[str, int, int]]], Awaitable[Forwarded]]
 
 
 class _Held:
@@ -78,10 +77,8 @@ class _Step(NamedTuple):
 
 class SpanStage:
     def __init__(self, settings: Settings, spans_topic: Any, decisions_topic: Any,
-                 state_topic: Any, health: Health, dead_letter: DeadLetter,
-                 decode: Decode) -> None:
+                 state_topic: Any, health: Health, dead_letter: DeadLetter) -> None:
         self.settings = settings
-        self.decode = decode  # OTLP messages -> fragment records (the states process)
         self.spans_topic = spans_topic
         self.decisions_topic = decisions_topic
         self.state_topic = state_topic
@@ -95,11 +92,12 @@ class SpanStage:
         return f"{self.settings.app_id}:{self.settings.topic_spans}:{partition}".encode()
 
     async def forward(self, records: Sequence[Any]) -> None:
-        """Step 1: OTLP messages -> fragments, re-keyed by trace id into `topic_spans`
-        (decoded in the states process, `Forwarded`: the Faust process only sends)."""
+        """Step 1: OTLP messages -> fragments, re-keyed by trace id into `topic_spans`.
+        Decoded here: handing the messages to the states process and the fragments back
+        cost more than the compiled decoding itself (~25 us a request; RESULTS.md)."""
         sources = [(str(r.topic), int(r.partition), int(r.offset)) for r in records]
-        done = await self.decode([r.value if isinstance(r.value, bytes) else b""
-                                  for r in records], sources)
+        done = forward([r.value if isinstance(r.value, bytes) else b"" for r in records],
+                       sources, self.settings.partitions, self.settings.otlp_max_message_bytes)
         for index, reason, detail in done.rejected:
             await self.dead_letter(sources[index], b"", Rejection(reason, detail, b"", 0))
         deliveries = [await self.spans_topic.send(key=None, value=chunk, partition=partition)
@@ -172,16 +170,15 @@ class SpanStage:
         steps are dropped (traces they took may not have been delivered): the retry
         restores them from their last checkpoints."""
         try:
-            deliveries = []
+            keyed = []
             for step in work:
                 for item in step.assembled:
                     if item.rejection is not None:
                         await self.dead_letter(item.source or ("", -1, -1),
                                                item.trace_id.encode(), item.rejection)
                     elif item.raw is not None:
-                        deliveries.append(await self.decisions_topic.send(
-                            key=item.key.encode(), value=item.raw))
-            await asyncio.gather(*deliveries)
+                        keyed.append((item.key.encode(), item.raw))
+            await send_keyed(self.decisions_topic, keyed)
             await asyncio.gather(*[await self.state_topic.send(
                 key=self.state_key(step.partition), partition=step.partition,
                 value=msgspec.msgpack.encode(_Checkpoint(
@@ -215,3 +212,30 @@ class SpanStage:
         log.info("spans partition %d: restored at offset %d, %d traces waiting", partition,
                  checkpoint.applied, len(intake.buffer))
         return _Held(intake, checkpoint.applied)
+
+
+async def send_keyed(topic: Any, keyed: list[tuple[bytes, bytes]]) -> None:
+    """Produce (key, value) records to a Faust `topic`, each to the partition its key
+    gives (the producer's own partitioner, as a keyed send and every other client's
+    default), and wait until all are delivered. Records go in aiokafka's record batches,
+    one `send_batch` per batch: a Faust `send` per record cost ~115 us each, most of the
+    time it took to assemble decisions from spans (benchmarks/RESULTS.md)."""
+    if not keyed:
+        return
+    producer = topic.app.producer._ensure_producer()  # aiokafka's, under Faust's
+    name = topic.get_topic_name()
+    await producer.client._wait_on_metadata(name)
+    by_partition: dict[int, list[tuple[bytes, bytes]]] = {}
+    for key, value in keyed:
+        partition = producer._partition(name, None, None, None, key, None)
+        by_partition.setdefault(partition, []).append((key, value))
+    deliveries = []
+    for partition, records in sorted(by_partition.items()):
+        batch = producer.create_batch()
+        for key, value in records:
+            if batch.append(key=key, value=value, timestamp=None) is None:  # full
+                deliveries.append(await producer.send_batch(batch, name, partition=partition))
+                batch = producer.create_batch()
+                batch.append(key=key, value=value, timestamp=None)  # the first always fits
+        deliveries.append(await producer.send_batch(batch, name, partition=partition))
+    await asyncio.gather(*deliveries)

@@ -10,8 +10,8 @@ connection: restores are read by the Faust process and handed in as bytes.
 
 `States` is the plain-value part (no I/O): tests and the states process use the same
 class. The requests are typed (`Restore`, `FoldGroups`, `Forget`, `ReadLocal`: one per
-method of `States`; `Forward`, the otlp intake's decoding, needs no state), and
-`monitor/worker/partitions.py` has one client method per request.
+method of `States`), and `monitor/worker/partitions.py` has one client method per
+request.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from monitor.export.snapshot import Local, local_of
 from monitor.frames import pack_frame, read_frame
 from monitor.ingest.parse import Rejection
 from monitor.ingest.slices import Cap
-from monitor.ingest.spans import forward
 from monitor.settings import Settings
 
 __all__ = [
@@ -40,7 +39,6 @@ __all__ = [
     "Folded",
     "FoldedBatch",
     "Forget",
-    "Forward",
     "Group",
     "PartitionState",
     "ReadLocal",
@@ -112,15 +110,7 @@ class ReadLocal(NamedTuple):
     """What the scrapes need of the pipelines held -> `Local`."""
 
 
-class Forward(NamedTuple):
-    """Decode OTLP messages into fragment records for the spans topic -> `Forwarded`
-    (the otlp intake's first step, monitor/worker/spans.py: CPU, off the Faust process)."""
-
-    raws: list[bytes]
-    sources: list[tuple[str, int, int]]
-
-
-Request = Restore | FoldGroups | Forget | ReadLocal | Forward
+Request = Restore | FoldGroups | Forget | ReadLocal
 
 
 class Restored(NamedTuple):
@@ -291,9 +281,6 @@ def answer(states: States, request: Request) -> Any:
             return states.forget(partitions)
         case ReadLocal():
             return states.local()
-        case Forward(raws, sources):
-            return forward(raws, sources, states.settings.partitions,
-                           states.settings.otlp_max_message_bytes)
     raise TypeError(f"not a request of the states process: {request!r}")
 
 
