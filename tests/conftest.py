@@ -65,9 +65,10 @@ LOG_NOISE = ("KafkaTCPTransport", "KafkaConnection", "metadata refresh", "Update
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A slow test (a long statistical run) is left out of the fast tier with the
-    integration tests: `-m "not integration"` is the everyday tier, CI runs everything."""
+    integration tests (every test in tests/integration/, marked or not): `-m "not
+    integration"` is the everyday tier, CI runs everything."""
     for item in items:
-        if item.get_closest_marker("slow"):
+        if item.get_closest_marker("slow") or "integration" in item.path.parts:
             item.add_marker(pytest.mark.integration)
 
 

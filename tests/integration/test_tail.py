@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from kafka import KafkaProducer
 
 from monitor.client import ensure_topics
 from monitor.worker.connection import kafka_python_options
 from monitor.worker.topics import Tail
+
+pytestmark = pytest.mark.integration
 
 
 def test_a_tail_goes_on_after_a_failure_and_reads_again_only_when_stopped(broker):
