@@ -19,8 +19,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 cdef enum:
     _TYPES = 32
     _NUMBERS = 32
-cdef enum:
-    _UNKNOWN = 0
+cdef enum:  # a field's kind; 0 (the tables' zeros): a number the schema does not have
     _MESSAGE = 1
     _STRING = 2
     _SCALAR = 3
@@ -31,40 +30,30 @@ _WIRES = {1: 1, 2: 5, 6: 1, 16: 1, 7: 5, 15: 5, 9: 2, 12: 2, 11: 2, 10: 3}  # el
 
 
 def _schema():
-    types = {}
-
-    def index(descriptor):
-        if descriptor.full_name not in types:
-            if len(types) == _TYPES:
-                raise RuntimeError("OTLP schema larger than the scanner's tables")
-            types[descriptor.full_name] = len(types)
-            for field in descriptor.fields:
-                if field.message_type is not None:
-                    index(field.message_type)
-        return types[descriptor.full_name]
-
-    index(TracesData.DESCRIPTOR)
+    """Fill the tables, walking every message type reachable from TracesData (index 0)."""
+    types = {TracesData.DESCRIPTOR.full_name: 0}
     pending = [TracesData.DESCRIPTOR]
-    done = set()
     while pending:
         descriptor = pending.pop()
-        if descriptor.full_name in done:
-            continue
-        done.add(descriptor.full_name)
         at = types[descriptor.full_name]
         for field in descriptor.fields:
+            sub = field.message_type
+            if sub is not None and sub.full_name not in types:
+                if len(types) == _TYPES:
+                    raise RuntimeError("OTLP schema larger than the checker's tables")
+                types[sub.full_name] = len(types)
+                pending.append(sub)
             if field.number >= _NUMBERS:
                 continue  # beyond the tables: read as unknown, skipped unchecked
             _WIRE_OF[at][field.number] = _WIRES.get(field.type, 0)
-            if field.message_type is not None:
+            if sub is not None:
                 _KIND[at][field.number] = _MESSAGE
-                _SUB[at][field.number] = types[field.message_type.full_name]
-                pending.append(field.message_type)
+                _SUB[at][field.number] = types[sub.full_name]
             elif field.type == 9:
                 _KIND[at][field.number] = _STRING
             else:
                 _KIND[at][field.number] = _SCALAR
-    return types["opentelemetry.proto.trace.v1.TracesData"]
+    return 0
 
 
 cdef int _TRACES_DATA = _schema()

@@ -85,9 +85,9 @@ cdef list _array(_Message m, Py_ssize_t pos, Py_ssize_t end, int depth):
     return values
 
 
-cdef tuple _key_value(_Message m, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t* value_start,
-                      Py_ssize_t* value_stop):
-    """A KeyValue's key and its route; the bounds of its value (-1: none)."""
+cdef object _key(_Message m, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t* value_start,
+                 Py_ssize_t* value_stop):
+    """A KeyValue's key ("" for none); the bounds of its value (-1: none)."""
     cdef int number, wire
     cdef Py_ssize_t start, stop, key_start = -1, key_stop = -1
     value_start[0] = value_stop[0] = -1
@@ -99,7 +99,13 @@ cdef tuple _key_value(_Message m, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t* va
             key_start, key_stop = start, stop
         elif number == 2 and wire == 2:
             value_start[0], value_stop[0] = start, stop
-    key = _text(m, key_start, key_stop) if key_start >= 0 else ""
+    return _text(m, key_start, key_stop) if key_start >= 0 else ""
+
+
+cdef tuple _key_value(_Message m, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t* value_start,
+                      Py_ssize_t* value_stop):
+    """A KeyValue's key and its route; the bounds of its value (-1: none)."""
+    key = _key(m, pos, end, value_start, value_stop)
     route = m.routes.get(key)
     if route is None:
         route = m.route(key)
@@ -221,28 +227,15 @@ cdef _resource(_Message m, Py_ssize_t pos, Py_ssize_t end, dict found):
     of a key replaces an earlier one; a resource given twice is merged, as protobuf
     merges a message field given twice)."""
     cdef int number, wire
-    cdef Py_ssize_t start, stop, inner, key_start, key_stop, value_start, value_stop
-    cdef int n2, w2
-    cdef Py_ssize_t s2, e2
+    cdef Py_ssize_t start, stop, value_start, value_stop
     while pos < end:
         pos = _field(m.buf, pos, end, &number, &wire, &start, &stop)
         if pos < 0:
             raise ValueError(_MALFORMED)
-        if number != 1 or wire != 2:
-            continue
-        inner = start
-        key_start = value_start = -1
-        while inner < stop:
-            inner = _field(m.buf, inner, stop, &n2, &w2, &s2, &e2)
-            if inner < 0:
-                raise ValueError(_MALFORMED)
-            if n2 == 1 and w2 == 2:
-                key_start, key_stop = s2, e2
-            elif n2 == 2 and w2 == 2:
-                value_start, value_stop = s2, e2
-        key = _text(m, key_start, key_stop) if key_start >= 0 else ""
-        if key == "service.name" or key == "service.version":
-            found[key] = (_value(m, value_start, value_stop, 0) if value_start >= 0 else "")
+        if number == 1 and wire == 2:  # an attribute
+            key = _key(m, start, stop, &value_start, &value_stop)
+            if key == "service.name" or key == "service.version":
+                found[key] = _value_at(m, value_start, value_stop)
 
 
 def spans(bytes raw, dict routes, route, tuple kinds, frozenset events, documents, make):

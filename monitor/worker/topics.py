@@ -158,13 +158,12 @@ class Tail:
                     if records:
                         self._positions[tp.partition] = records[-1].offset + 1
                 polls += 1
-                catching_up = self._behind() and time.monotonic() < deadline
+                if self._behind() and time.monotonic() < deadline:
+                    continue  # catching up with the ends taken at the start
                 if any(batches.values()):
-                    if polls < max_polls or catching_up:
+                    if polls < max_polls:
                         continue
                     break
-                if catching_up:
-                    continue
                 self._until = {}
                 await self._rewind_if_behind()
                 break
