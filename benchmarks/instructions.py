@@ -29,8 +29,8 @@ STAGES = ("decode", "parse", "compiled", "python")
 DATA = Path(__file__).parent / "data"
 
 
-def run_stage(stage: str, n: int) -> None:
-    """The child: one stage over the first `n` traces of the replay benchmark's file."""
+def run_stage(stage: str, n: int, data: Path) -> None:
+    """The child: one stage over the first `n` traces of `data`."""
     import msgspec
 
     from monitor.aggregate.fold import Folder
@@ -44,7 +44,7 @@ def run_stage(stage: str, n: int) -> None:
     from monitor.settings import load
 
     lines = []
-    with open(DATA / "traces-200000.jsonl", "rb") as f:
+    with open(data, "rb") as f:
         for _ in range(n):
             lines.append(f.readline().rstrip(b"\n"))
     tune_gc()
@@ -68,13 +68,13 @@ def run_stage(stage: str, n: int) -> None:
         pipeline.close_ready(final=True)
 
 
-def instructions(stage: str, n: int, tree: Path | None) -> int:
+def instructions(stage: str, n: int, tree: Path | None, data: Path) -> int:
     env = {**os.environ, "PYTHONHASHSEED": "0"}  # same dict layouts in every run
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
     out = subprocess.run(
         ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-         sys.executable, __file__, "--stage", stage, "--traces", str(n)],
+         sys.executable, __file__, "--stage", stage, "--traces", str(n), "--data", str(data)],
         capture_output=True, text=True, env=env, check=True)
     match = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
     if match is None:
@@ -88,21 +88,25 @@ def main() -> None:
     ap.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
     ap.add_argument("--stages", default=",".join(STAGES))
     ap.add_argument("--against", type=Path, help="another checkout to compare with")
+    ap.add_argument("--data", type=Path, default=DATA / "traces-200000.jsonl",
+                    help="JSONL traces (default: replay_throughput.py's file; "
+                         "replay_process.py writes the richest shape, rich-200000.jsonl)")
     args = ap.parse_args()
     if args.stage:
-        run_stage(args.stage, args.traces)
+        run_stage(args.stage, args.traces, args.data)
         return
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
-    if not (DATA / "traces-200000.jsonl").exists():
-        sys.exit("run benchmarks/replay_throughput.py once first: it writes the traces file")
+    if not args.data.exists():
+        sys.exit(f"no {args.data}: run benchmarks/replay_throughput.py (or replay_process.py "
+                 "for the rich file) once first, it writes the traces file")
     trees: list[tuple[str, Path | None]] = [("this checkout", None)]
     if args.against is not None:
         trees.append((str(args.against), args.against.resolve()))
     for stage in args.stages.split(","):
         for name, tree in trees:
-            per_trace = (instructions(stage, args.traces, tree)
-                         - instructions(stage, 0, tree)) / args.traces
+            per_trace = (instructions(stage, args.traces, tree, args.data)
+                         - instructions(stage, 0, tree, args.data)) / args.traces
             print(f"{stage:9s} {per_trace:>10,.0f} instructions/trace  ({name})", flush=True)
 
 

@@ -52,7 +52,8 @@ class Folds(Protocol):
     this module."""
 
     def fold(self, table: Table, traces: Sequence[Trace], slicings: Sequence[Slicing],
-             exemplars: Sequence[Exemplar], last: list[Exemplar | None]) -> None: ...
+             exemplars: Sequence[Exemplar], last: list[Exemplar | None]
+             ) -> list[tuple[int, ...]]: ...
 
 
 class Admitting(Protocol):

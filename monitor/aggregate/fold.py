@@ -39,11 +39,13 @@ class Folder:
         self._codes = FOLD.Codes(layout) if FOLD is not None and compiled else None
 
     def fold(self, table: Table, traces: Sequence[Trace], slicings: Sequence[Slicing],
-             exemplars: Sequence[Exemplar], last: list[Exemplar | None]) -> None:
+             exemplars: Sequence[Exemplar], last: list[Exemplar | None]
+             ) -> list[tuple[int, ...]]:
         """Add `traces[i]` to the cells of `slicings[i]` in `table`, and make
-        `exemplars[i]` the last trace of those cells: `last[row]`, grown to the table."""
+        `exemplars[i]` the last trace of those cells: `last[row]`, grown to the table.
+        Returns each trace's rows (`Table.row_tuples`)."""
         if not traces:
-            return
+            return []
         # Table.row_tuples (in C when compiled); may grow the arrays: read them after.
         fast = self._compiled
         rows = table.row_tuples(slicings) if fast is None else fast.row_tuples(table, slicings)
@@ -56,8 +58,9 @@ class Folder:
                     if row < 0:
                         break
                     last[row] = exemplar
-            return
+            return rows
         table.version += 1
         chunk = traces if isinstance(traces, list) else list(traces)  # the pipeline's: a list
         fast.fold(chunk, rows, table.counts, table.sums, table.extras, self._codes,
                   self.admit_missing, exemplars, last)
+        return rows

@@ -10,7 +10,7 @@ a problem with is handed to `ingest.parse`, which words the rejection.
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Final, NamedTuple
 
 from monitor.ingest.contract import (
     KNOWN_REASONS,
@@ -21,7 +21,8 @@ from monitor.ingest.contract import (
     Trace,
 )
 
-__all__ = ["REASON_CODE", "problem"]
+__all__ = ["KNOWN_REASON_SET", "REASON_CODE", "TRACE_ID_CHARS", "OTEL_ID_CHARS", "CharRule",
+           "char_rule", "problem"]
 
 REASON_CODE: Final = re.compile(r"[a-z0-9_]{1,64}")
 _TRACE_ID: Final = re.compile(TRACE_ID_FORMAT).fullmatch
@@ -29,6 +30,32 @@ _OTEL_TRACE_ID: Final = re.compile(OTEL_TRACE_ID_FORMAT).fullmatch
 _OTEL_SPAN_ID: Final = re.compile(OTEL_SPAN_ID_FORMAT).fullmatch
 _CODE: Final = REASON_CODE.fullmatch
 _KNOWN_REASONS: Final = frozenset(KNOWN_REASONS)
+KNOWN_REASON_SET: Final = _KNOWN_REASONS
+
+
+class CharRule(NamedTuple):
+    """An identifier format `[class]{low,high}` (or `{n}`) as a table: `allowed[c]` is 1 where the
+    ASCII character c is in the class (no other character is); for compiled checks."""
+
+    allowed: bytes
+    low: int
+    high: int
+
+
+def char_rule(format_: str) -> CharRule:
+    """The `CharRule` of an identifier format, read off the format itself (each ASCII
+    character tried against its class), so a compiled check follows the format."""
+    match = re.fullmatch(r"(\[.+\])\{(\d+)(?:,(\d+))?\}", format_)
+    if match is None:
+        raise ValueError(f"not a [class]{{low,high}} format: {format_}")
+    member = re.compile(match.group(1)).fullmatch
+    allowed = bytes(1 if member(chr(c)) else 0 for c in range(128))
+    low = int(match.group(2))
+    return CharRule(allowed, low, int(match.group(3) or low))
+
+
+TRACE_ID_CHARS: Final = char_rule(TRACE_ID_FORMAT)
+OTEL_ID_CHARS: Final = (char_rule(OTEL_TRACE_ID_FORMAT), char_rule(OTEL_SPAN_ID_FORMAT))
 
 
 def problem(event: Event, expect: type[Event] | None = None) -> tuple[str, str] | None:

@@ -82,6 +82,17 @@ def _troubled(seed: int) -> tuple[list[bytes], list[bytes]]:
                        "ts": variant["ts"], "source": "human"}  # another topic's message
         # Compact, schema first, UTF-8 unescaped: as an SDK writes it (the fast lane's input).
         odd.append(json.dumps(variant, separators=(",", ":"), ensure_ascii=False).encode())
+    # The compiled admission vouches for identifiers and reasons in C (`_clear`): its edges.
+    for i, change in enumerate(({"trace_id": f"caf\u00e9-{seed}"},
+                                {"trace_id": f"a.b:c_d-E{seed}"},
+                                {"otel": {"span_id": "ABCDEF0123456789"}},
+                                {"otel": {"trace_id": "0123456789abcdef" * 2,
+                                          "span_id": "0123456789abcdef"}},
+                                {"otel": {"trace_id": "0123456789abcdeg" * 2}},
+                                {"reason": "custom_code_9"},
+                                {"decision": "abstain", "reason": "weak_retrieval"})):
+        variant = {**good[50 + i], "trace_id": f"edge-{seed}-{i}", **change}
+        odd.append(json.dumps(variant, separators=(",", ":"), ensure_ascii=False).encode())
     # Lone surrogate escapes: in a label value (bad_unicode), in a content field (dropped)
     # and in an ignored field (harmless). Valid JSON syntax, no Unicode text.
     base = dict(good[41], trace_id=f"sur-{seed}")
