@@ -340,35 +340,60 @@ def fold(list traces, list rows, long long[:, ::1] counts, double[:, ::1] sums,
     tally.flush(extras)
 
 
-cdef void _requirements(req, long long[:, ::1] counts, double[:, ::1] sums, Tally tally,
-                        long long* cells, int nrows, Codes codes, admit_missing,
-                        admitted) except *:
+# What a Requirements block contributes, by the block: `parts` decodes equal blocks into
+# one shared object, so most traces find theirs here (keyed by id, the entry holding the
+# object so that its id is not reused while cached).
+cdef dict _FACTS = {}
+cdef Py_ssize_t _FACTS_MAX = 4096
+
+
+cdef tuple _facts(req):
+    """(all covered, coverage, sorted missing ids, a critical one missed, rubric) of a
+    Requirements block with expected ids: the rules of `ingest.meaning`'s requirement
+    outcome, as the fold counts them."""
+    cdef PyObject* found = PyDict_GetItem(_FACTS, id(req))
+    if found != NULL and (<tuple>found)[0] is req:
+        return <tuple>found
     expected = _slot(req, R_EXPECTED)
     covered = _slot(req, R_COVERED)
-    bump(counts, cells, nrows, codes.requirements_traces)
     if expected == covered:
-        bump(counts, cells, nrows, codes.requirements_all)
-        put(sums, cells, nrows, codes.coverage_sum, 1.0)
+        complete, coverage, missing = True, 1.0, ()
     else:
         distinct = set(expected)
-        missing = distinct.difference(covered)
-        if missing:
-            for name in sorted(missing):
-                tally.add(cells, nrows, "missing",
-                          name if admitted is not None and name in <set>admitted
-                          else admit_missing(name))
-        else:
-            bump(counts, cells, nrows, codes.requirements_all)
-        put(sums, cells, nrows, codes.coverage_sum,
-            <double>(len(distinct) - len(missing)) / len(distinct))
+        missing = tuple(sorted(distinct.difference(covered)))
+        complete = not missing
+        coverage = <double>(len(distinct) - len(missing)) / len(distinct)
+    critical_missed = False
     critical = _slot(req, R_CRITICAL)
     if critical:
         for c in critical:
             if c not in covered:
-                bump(counts, cells, nrows, codes.requirements_critical_missed)
+                critical_missed = True
                 break
     rubric = _slot(req, R_RUBRIC)
-    tally.add(cells, nrows, "rubric", rubric if rubric else "unversioned")
+    facts = (req, complete, coverage, missing, critical_missed,
+             rubric if rubric else "unversioned")
+    if len(_FACTS) >= _FACTS_MAX:
+        _FACTS.clear()
+    _FACTS[id(req)] = facts
+    return facts
+
+
+cdef void _requirements(req, long long[:, ::1] counts, double[:, ::1] sums, Tally tally,
+                        long long* cells, int nrows, Codes codes, admit_missing,
+                        admitted) except *:
+    cdef tuple facts = _facts(req)
+    bump(counts, cells, nrows, codes.requirements_traces)
+    if facts[1]:
+        bump(counts, cells, nrows, codes.requirements_all)
+    for name in <tuple>facts[3]:
+        tally.add(cells, nrows, "missing",
+                  name if admitted is not None and name in <set>admitted
+                  else admit_missing(name))
+    put(sums, cells, nrows, codes.coverage_sum, <double>facts[2])
+    if facts[4]:
+        bump(counts, cells, nrows, codes.requirements_critical_missed)
+    tally.add(cells, nrows, "rubric", facts[5])
 
 
 def row_tuples(table, list slicings):
