@@ -21,8 +21,15 @@ from monitor.ingest.contract import (
     Trace,
 )
 
-__all__ = ["KNOWN_REASON_SET", "REASON_CODE", "TRACE_ID_CHARS", "OTEL_ID_CHARS", "CharRule",
-           "char_rule", "problem"]
+__all__ = [
+    "KNOWN_REASON_SET",
+    "OTEL_ID_CHARS",
+    "REASON_CODE",
+    "TRACE_ID_CHARS",
+    "CharRule",
+    "char_rule",
+    "problem",
+]
 
 REASON_CODE: Final = re.compile(r"[a-z0-9_]{1,64}")
 _TRACE_ID: Final = re.compile(TRACE_ID_FORMAT).fullmatch
