@@ -13,46 +13,17 @@ from cpython.ref cimport PyObject
 from libc.stdlib cimport free, realloc
 from libc.string cimport memset
 
+from monitor.aggregate._slots cimport _of, _offset, _slot
+
 from monitor.aggregate.table import TOTAL
 from monitor.ingest.contract import DECISIONS, IMPORTANCES, SELF_CHECKS, VERDICTS
 from monitor.ingest.contract import Check, Claim, Requirements, Trace, Usage
-from monitor.ingest.meaning import ANSWERED
+from monitor.ingest.meaning import ANSWERED, requirement_outcome
 
 cdef frozenset _ANSWERED = ANSWERED
 
 
-# Fields of the contract's Structs are read from their slots. msgspec stores each field
-# in a slot described by a member descriptor; `getattr` finds it through the type's
-# attribute lookup (~150 instructions), the slot at its offset is one load: ~4% of the
-# replay's instructions. The offsets are read from the descriptors at import and checked
-# against getattr on an instance of each type there; `_of` checks an object's exact type.
-cdef extern from "Python.h":
-    ctypedef struct PyMemberDef:
-        Py_ssize_t offset
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef* d_member
-
-
-cdef Py_ssize_t _offset(cls, str name) except -1:
-    descriptor = cls.__dict__.get(name)  # (anything unexpected: ImportError, Python fold)
-    if type(descriptor).__name__ != "member_descriptor":
-        raise ImportError(f"{cls.__name__}.{name} is not a slot: monitor.aggregate._fold needs one")
-    return (<PyMemberDescrObject*><PyObject*>descriptor).d_member.offset
-
-
-cdef inline object _slot(object obj, Py_ssize_t offset):
-    cdef PyObject* value = (<PyObject**>((<char*><PyObject*>obj) + offset))[0]
-    if value == NULL:
-        raise AttributeError(offset)
-    return <object>value
-
-
-cdef inline object _of(object obj, cls):
-    if type(obj) is not cls:
-        raise TypeError(f"expected {cls.__name__}, got {type(obj).__name__}")
-    return obj
-
-
+# Fields are read from their Structs' slots (`_slots.pxd`), at offsets read at import.
 cdef Py_ssize_t T_DECISION = _offset(Trace, "decision"), T_REASON = _offset(Trace, "reason")
 cdef Py_ssize_t T_SIGNALS = _offset(Trace, "signals"), T_CLAIMS = _offset(Trace, "claims")
 cdef Py_ssize_t T_REQUIREMENTS = _offset(Trace, "requirements")
@@ -61,8 +32,6 @@ cdef Py_ssize_t T_EVALS = _offset(Trace, "evals")
 cdef Py_ssize_t C_VERDICT = _offset(Claim, "verdict"), C_IMPORTANCE = _offset(Claim, "importance")
 cdef Py_ssize_t C_RENDERED = _offset(Claim, "rendered")
 cdef Py_ssize_t R_EXPECTED = _offset(Requirements, "expected")
-cdef Py_ssize_t R_COVERED = _offset(Requirements, "covered")
-cdef Py_ssize_t R_CRITICAL = _offset(Requirements, "critical")
 cdef Py_ssize_t R_RUBRIC = _offset(Requirements, "rubric")
 cdef Py_ssize_t K_CITATION = _offset(Check, "citation"), K_VERBATIM = _offset(Check, "verbatim")
 cdef Py_ssize_t K_SELF_CHECK = _offset(Check, "self_check")
@@ -348,31 +317,16 @@ cdef Py_ssize_t _FACTS_MAX = 4096
 
 
 cdef tuple _facts(req):
-    """(all covered, coverage, sorted missing ids, a critical one missed, rubric) of a
-    Requirements block with expected ids: the rules of `ingest.meaning`'s requirement
-    outcome, as the fold counts them."""
+    """(the block, all covered, coverage, sorted missing ids, a critical one missed,
+    rubric) of a Requirements block with expected ids: `meaning.requirement_outcome`,
+    computed once per shared block."""
     cdef PyObject* found = PyDict_GetItem(_FACTS, id(req))
     if found != NULL and (<tuple>found)[0] is req:
         return <tuple>found
-    expected = _slot(req, R_EXPECTED)
-    covered = _slot(req, R_COVERED)
-    if expected == covered:
-        complete, coverage, missing = True, 1.0, ()
-    else:
-        distinct = set(expected)
-        missing = tuple(sorted(distinct.difference(covered)))
-        complete = not missing
-        coverage = <double>(len(distinct) - len(missing)) / len(distinct)
-    critical_missed = False
-    critical = _slot(req, R_CRITICAL)
-    if critical:
-        for c in critical:
-            if c not in covered:
-                critical_missed = True
-                break
+    outcome = requirement_outcome(req)
     rubric = _slot(req, R_RUBRIC)
-    facts = (req, complete, coverage, missing, critical_missed,
-             rubric if rubric else "unversioned")
+    facts = (req, outcome.all_required, outcome.coverage, tuple(outcome.missing),
+             outcome.critical_missed, rubric if rubric else "unversioned")
     if len(_FACTS) >= _FACTS_MAX:
         _FACTS.clear()
     _FACTS[id(req)] = facts

@@ -7,7 +7,8 @@ is a ratio of. Every Python path reads them here: the pure-Python fold
 `ragmon replay`, the summary's and the metrics' label rates (`LABEL_RATES`), and the
 per-trace frame behind `ragmon report` and `ragmon calibrate` (`offline/frame.py`,
 `offline/compare.py`). The compiled fold (`aggregate/_fold.pyx`) spells the same rules
-in C; tests/ingest/test_meaning.py checks that the stream, the replay summary and the report
+in C, but for requirement coverage, which it reads here once per distinct requirements
+block; tests/ingest/test_meaning.py checks that the stream, the replay summary and the report
 agree on every rule, compiled and pure Python.
 """
 

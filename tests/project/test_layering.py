@@ -57,7 +57,7 @@ def _modules() -> list[Path]:
 
 
 def _sources() -> list[Path]:
-    return sorted([*_modules(), *PACKAGE.rglob("*.pyx")])
+    return sorted([*_modules(), *PACKAGE.rglob("*.pyx"), *PACKAGE.rglob("*.pxd")])
 
 
 def _exists(name: str) -> bool:
