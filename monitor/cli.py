@@ -13,7 +13,7 @@ from typing import Any
 
 from monitor import memory
 from monitor.broker import BrokerNotInstalled
-from monitor.offline import analyze, replay
+from monitor.offline import analyze_args, replay
 from monitor.offline import terminal as render
 from monitor.offline.files import (
     InputError,
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ragmon", description="Production monitor for RAG answer/abstain decisions.")
     parser.add_argument("--config", help=CONFIG_HELP)
     sub = parser.add_subparsers(dest="command")
-    analyze.add_parsers(sub)
+    analyze_args.add_parsers(sub)
     replay.add_parser(sub, sample=_sample)
     backtest = sub.add_parser(
         "backtest", help="replay traces through the drift detectors; one JSON line per alarm",

@@ -20,7 +20,6 @@ from monitor.aggregate.derive import summarize
 from monitor.aggregate.pipeline import Pipeline
 from monitor.aggregate.table import TOTAL
 from monitor.ingest.parse import Rejection, payload_form
-from monitor.ingest.spans import SpanIntake
 from monitor.offline import terminal as render
 from monitor.offline.files import (
     BATCH,
@@ -30,7 +29,6 @@ from monitor.offline.files import (
     open_out,
     total_bytes,
 )
-from monitor.offline.spans import decision_batches, summary_of
 from monitor.settings import load
 
 __all__ = ["add_parser", "build"]
@@ -110,7 +108,12 @@ def _replay(args: argparse.Namespace) -> int:
     pipeline = Pipeline(settings)
     if args.otlp and args.sample:
         raise InputError("replay --otlp needs FILE arguments (not --sample)")
-    intake = SpanIntake(settings) if args.otlp else None
+    intake = None
+    if args.otlp:
+        # Imported here: the OTLP decoder's modules cost ~0.05 s of every replay's start.
+        from monitor.ingest.spans import SpanIntake
+        from monitor.offline.spans import decision_batches, summary_of
+        intake = SpanIntake(settings)
     paths = [*args.labels, *args.feedback, *args.files]
     check_readable(paths)
     where, dead = "the start", 0  # for the message if interrupted
