@@ -47,14 +47,19 @@ cdef Py_ssize_t _SLICE = _AT["slice"], _QUERY_TOKENS = _AT["query_tokens"]
 cdef Py_ssize_t _SIGNALS = _AT["signals"], _REQUIREMENTS = _AT["requirements"]
 cdef Py_ssize_t _CHECKS = _AT["checks"], _EVALS = _AT["evals"]
 # The identifier formats of `rules` as character tables (`rules.char_rule`), and its known
-# reason codes: what `_clear` vouches for without calling `rules.problem`.
-cdef bytes _ID_ALLOWED = TRACE_ID_CHARS.allowed, _HEX_ALLOWED = OTEL_ID_CHARS[0].allowed
-cdef Py_ssize_t _ID_LOW = TRACE_ID_CHARS.low, _ID_HIGH = TRACE_ID_CHARS.high
-cdef Py_ssize_t _OTEL_TRACE_LEN = OTEL_ID_CHARS[0].low, _OTEL_SPAN_LEN = OTEL_ID_CHARS[1].low
+# reason codes: what `_clear` vouches for without calling `rules.problem`. Formats of
+# another form (no table, or OpenTelemetry ids that differ in more than their length)
+# leave every message to `rules.problem`.
+_RULES = (TRACE_ID_CHARS, *OTEL_ID_CHARS)
+cdef bint _VOUCH = (None not in _RULES and OTEL_ID_CHARS[0].allowed == OTEL_ID_CHARS[1].allowed
+                    and all(rule.low == rule.high for rule in OTEL_ID_CHARS))
+cdef bytes _ID_ALLOWED = TRACE_ID_CHARS.allowed if _VOUCH else b""
+cdef bytes _HEX_ALLOWED = OTEL_ID_CHARS[0].allowed if _VOUCH else b""
+cdef Py_ssize_t _ID_LOW = TRACE_ID_CHARS.low if _VOUCH else 0
+cdef Py_ssize_t _ID_HIGH = TRACE_ID_CHARS.high if _VOUCH else 0
+cdef Py_ssize_t _OTEL_TRACE_LEN = OTEL_ID_CHARS[0].low if _VOUCH else 0
+cdef Py_ssize_t _OTEL_SPAN_LEN = OTEL_ID_CHARS[1].low if _VOUCH else 0
 cdef frozenset _KNOWN = KNOWN_REASON_SET
-if (OTEL_ID_CHARS[0].allowed != OTEL_ID_CHARS[1].allowed
-        or any(rule.low != rule.high for rule in OTEL_ID_CHARS)):
-    raise ImportError("the OpenTelemetry id formats changed: update _admission._clear")
 
 
 cdef inline object _part(part, raw):
@@ -115,7 +120,7 @@ cdef inline bint _fits(s, const unsigned char* allowed, Py_ssize_t low, Py_ssize
 cdef bint _clear(tuple fields):
     """True where `rules.problem` surely finds nothing (its common case, in C); False
     leaves the verdict to `rules.problem`."""
-    if not _fits(fields[_TRACE_ID], _ID_ALLOWED, _ID_LOW, _ID_HIGH):
+    if not _VOUCH or not _fits(fields[_TRACE_ID], _ID_ALLOWED, _ID_LOW, _ID_HIGH):
         return False
     otel = fields[_OTEL]
     if otel is not None:

@@ -41,20 +41,22 @@ KNOWN_REASON_SET: Final = _KNOWN_REASONS
 
 
 class CharRule(NamedTuple):
-    """An identifier format `[class]{low,high}` (or `{n}`) as a table: `allowed[c]` is 1 where the
-    ASCII character c is in the class (no other character is); for compiled checks."""
+    """An identifier format `[class]{low,high}` (or `{n}`) as a table: `allowed[c]` is 1
+    where the ASCII character c is in the class (no other character is)."""
 
     allowed: bytes
     low: int
     high: int
 
 
-def char_rule(format_: str) -> CharRule:
+def char_rule(format_: str) -> CharRule | None:
     """The `CharRule` of an identifier format, read off the format itself (each ASCII
-    character tried against its class), so a compiled check follows the format."""
+    character tried against its class), so that a compiled check follows the format;
+    None for a format of another form (the compiled admission then leaves every
+    identifier to `problem`)."""
     match = re.fullmatch(r"(\[.+\])\{(\d+)(?:,(\d+))?\}", format_)
     if match is None:
-        raise ValueError(f"not a [class]{{low,high}} format: {format_}")
+        return None
     member = re.compile(match.group(1)).fullmatch
     allowed = bytes(1 if member(chr(c)) else 0 for c in range(128))
     low = int(match.group(2))
