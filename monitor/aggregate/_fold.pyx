@@ -336,18 +336,18 @@ cdef tuple _facts(req):
 cdef void _requirements(req, long long[:, ::1] counts, double[:, ::1] sums, Tally tally,
                         long long* cells, int nrows, Codes codes, admit_missing,
                         admitted) except *:
-    cdef tuple facts = _facts(req)
+    _, complete, coverage, missing, critical_missed, rubric = _facts(req)
     bump(counts, cells, nrows, codes.requirements_traces)
-    if facts[1]:
+    if complete:
         bump(counts, cells, nrows, codes.requirements_all)
-    for name in <tuple>facts[3]:
+    for name in <tuple>missing:
         tally.add(cells, nrows, "missing",
                   name if admitted is not None and name in <set>admitted
                   else admit_missing(name))
-    put(sums, cells, nrows, codes.coverage_sum, <double>facts[2])
-    if facts[4]:
+    put(sums, cells, nrows, codes.coverage_sum, <double>coverage)
+    if critical_missed:
         bump(counts, cells, nrows, codes.requirements_critical_missed)
-    tally.add(cells, nrows, "rubric", facts[5])
+    tally.add(cells, nrows, "rubric", rubric)
 
 
 def row_tuples(table, list slicings):

@@ -36,8 +36,7 @@ _TRACE_ID: Final = re.compile(TRACE_ID_FORMAT).fullmatch
 _OTEL_TRACE_ID: Final = re.compile(OTEL_TRACE_ID_FORMAT).fullmatch
 _OTEL_SPAN_ID: Final = re.compile(OTEL_SPAN_ID_FORMAT).fullmatch
 _CODE: Final = REASON_CODE.fullmatch
-_KNOWN_REASONS: Final = frozenset(KNOWN_REASONS)
-KNOWN_REASON_SET: Final = _KNOWN_REASONS
+KNOWN_REASON_SET: Final = frozenset(KNOWN_REASONS)
 
 
 class CharRule(NamedTuple):
@@ -90,6 +89,6 @@ def problem(event: Event, expect: type[Event] | None = None) -> tuple[str, str] 
         if reason is None:
             if trace.decision == "abstain":
                 return "reason_required", "decision abstain needs a reason"
-        elif reason not in _KNOWN_REASONS and _CODE(reason) is None:
+        elif reason not in KNOWN_REASON_SET and _CODE(reason) is None:
             return "out_of_range", f"reason {reason!r} is not [a-z0-9_]{{1,64}}"
     return None
