@@ -43,8 +43,9 @@ from monitor.ingest.parse import Rejection
 from monitor.ingest.spans import Assembled, SpanIntake, forward, fragments_of
 from monitor.settings import Settings
 from monitor.worker import topics
+from monitor.worker.produce import send_keyed
 
-__all__ = ["SpanStage", "send_keyed"]
+__all__ = ["SpanStage"]
 
 log = logging.getLogger("ragmon.worker")
 
@@ -212,30 +213,3 @@ class SpanStage:
         log.info("spans partition %d: restored at offset %d, %d traces waiting", partition,
                  checkpoint.applied, len(intake.buffer))
         return _Held(intake, checkpoint.applied)
-
-
-async def send_keyed(topic: Any, keyed: list[tuple[bytes, bytes]]) -> None:
-    """Produce (key, value) records to a Faust `topic`, each to the partition its key
-    gives (the producer's own partitioner, as a keyed send and every other client's
-    default), and wait until all are delivered. Records go in aiokafka's record batches,
-    one `send_batch` per batch: a Faust `send` per record cost ~115 us each, most of the
-    time it took to assemble decisions from spans (benchmarks/RESULTS.md)."""
-    if not keyed:
-        return
-    producer = topic.app.producer._ensure_producer()  # aiokafka's, under Faust's
-    name = topic.get_topic_name()
-    await producer.client._wait_on_metadata(name)
-    by_partition: dict[int, list[tuple[bytes, bytes]]] = {}
-    for key, value in keyed:
-        partition = producer._partition(name, None, None, None, key, None)
-        by_partition.setdefault(partition, []).append((key, value))
-    deliveries = []
-    for partition, records in sorted(by_partition.items()):
-        batch = producer.create_batch()
-        for key, value in records:
-            if batch.append(key=key, value=value, timestamp=None) is None:  # full
-                deliveries.append(await producer.send_batch(batch, name, partition=partition))
-                batch = producer.create_batch()
-                batch.append(key=key, value=value, timestamp=None)  # the first always fits
-        deliveries.append(await producer.send_batch(batch, name, partition=partition))
-    await asyncio.gather(*deliveries)

@@ -37,7 +37,7 @@ THIRD_PARTY_HOMES = {
     "prometheus_client": {"export.catalog", "export.collector", "export.health",
                           "export.pages"},
     "kafka": {"client", "worker.provision", "worker.rewind"},
-    "aiokafka": {"worker.topics", "worker.reference_sync"},
+    "aiokafka": {"worker.topics", "worker.reference_sync", "worker.produce"},
     "scipy": {"detect.detectors", "detect.shares"}, "pydantic": {"settings"},
     "pydantic_settings": {"settings"},
     "rich": {"offline.terminal"}, "matplotlib": {"offline.plots"},
