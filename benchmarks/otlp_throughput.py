@@ -5,12 +5,16 @@ them (OpenInference names): a root chain span, a retriever span with 5-10 scored
 documents (ids, scores and contents), one or two LLM spans (model, token counts, input
 and output messages), an evaluation event, and the gate's span with the `rag.*`
 attributes. The SDK's OTLP encoder writes them in export requests of 200 spans
-(`otlp_proto`, unkeyed: the Collector exporter's defaults) to a fresh `otlp_topic`.
+(`otlp_proto`, unkeyed: the Collector exporter's defaults) to a fresh `otlp_topic`, and
+split by trace, one message a trace keyed by its trace id in hex (the exporter with
+`partition_traces_by_id: true`) to another; both topics with `partitions` partitions.
 
 1. `rag.decisions`: a worker reads the same N decisions (assembled offline from those
    spans by `ragmon replay --otlp`'s intake) from a fresh decisions topic;
 2. `otlp`: a worker with `RAGMON_OTLP_TOPIC` reads the spans, forwards, assembles,
-   produces the decisions to its own fresh decisions topic and folds them.
+   produces the decisions to its own fresh decisions topic and folds them;
+3. `otlp keyed`: the same on the keyed topic (buffered in its own partitions: no
+   re-keying hop through the spans topic).
 
 Both are timed from the worker's first checkpoint to the decisions checkpoint whose
 traces read reach N (checkpoint record timestamps, as `worker_throughput.py` does:
@@ -29,7 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from kafka import KafkaProducer
+from kafka import KafkaAdminClient, KafkaProducer
+from kafka.admin import NewTopic
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -46,8 +51,10 @@ from monitor.worker.connection import kafka_python_options
 SPANS_PER_MESSAGE = 200
 
 
-def traced_requests(n: int, seed: int = 1) -> tuple[list[bytes], int]:
-    """OTLP messages of `n` traced requests, and the number of spans in them."""
+def traced_requests(n: int, seed: int = 1
+                    ) -> tuple[list[bytes], list[tuple[bytes, bytes]], int]:
+    """OTLP messages of `n` traced requests (unkeyed, and keyed by trace), and the
+    number of spans in them."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource.create({"service.name": "bench-rag",
                                                         "service.version": "b-1"}))
@@ -55,6 +62,7 @@ def traced_requests(n: int, seed: int = 1) -> tuple[list[bytes], int]:
     tracer = provider.get_tracer("bench")
     rng = random.Random(seed)
     messages: list[bytes] = []
+    keyed: list[tuple[bytes, bytes]] = []
     spans = 0
     for done in range(n):
         with tracer.start_as_current_span("RunnableSequence") as root:
@@ -92,9 +100,14 @@ def traced_requests(n: int, seed: int = 1) -> tuple[list[bytes], int]:
             exporter.clear()
             spans += len(finished)
             for start in range(0, len(finished), SPANS_PER_MESSAGE):
-                messages.append(encode_spans(
-                    finished[start:start + SPANS_PER_MESSAGE]).SerializeToString())
-    return messages, spans
+                batch = finished[start:start + SPANS_PER_MESSAGE]
+                messages.append(encode_spans(batch).SerializeToString())
+                by_trace: dict[int, list] = {}
+                for span in batch:
+                    by_trace.setdefault(span.context.trace_id, []).append(span)
+                keyed += [(f"{trace:032x}".encode(), encode_spans(group).SerializeToString())
+                          for trace, group in by_trace.items()]
+    return messages, keyed, spans
 
 
 def decisions_of(messages: list[bytes], settings: Settings) -> list[bytes]:
@@ -165,7 +178,7 @@ def main() -> None:
     args = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="ragmon-bench-otlp-"))
     started = time.perf_counter()
-    messages, spans = traced_requests(args.requests)
+    messages, keyed, spans = traced_requests(args.requests)
     size = sum(map(len, messages))
     print(f"traced {args.requests} requests: {spans} spans in {len(messages)} OTLP messages "
           f"({size / spans:.0f} bytes a span) in {time.perf_counter() - started:.0f} s")
@@ -175,20 +188,29 @@ def main() -> None:
         settings = broker.settings()
         ensure_topics(settings)
         stamp = time.time_ns()
-        otlp, ready = f"otlp-{stamp}", f"decisions-{stamp}"
+        otlp, otlp_keyed, ready = f"otlp-{stamp}", f"otlp-keyed-{stamp}", f"decisions-{stamp}"
         ensure_topics(settings.model_copy(update={"topic_decisions": ready}))
         produce(settings, ready, decisions)
+        admin = KafkaAdminClient(**kafka_python_options(settings))
+        admin.create_topics([NewTopic(name, settings.partitions, 1)
+                             for name in (otlp, otlp_keyed)])
+        admin.close()
         producer = KafkaProducer(**kafka_python_options(settings), acks="all",
                                  max_request_size=2 * 1024 * 1024)
         for raw in messages:
             producer.send(otlp, value=raw)
+        for key, raw in keyed:
+            producer.send(otlp_keyed, key=key, value=raw)
         producer.flush()
         producer.close()
-        rows: dict[str, list[tuple[float, float]]] = {"rag.decisions": [], "otlp": []}
+        rows: dict[str, list[tuple[float, float]]] = {"rag.decisions": [], "otlp": [],
+                                                      "otlp keyed": []}
         for round_ in range(args.repeat):
             rows["rag.decisions"].append(run_worker(broker, workdir, args.requests, None, ready))
             rows["otlp"].append(run_worker(broker, workdir, args.requests, otlp,
                                            f"assembled-{stamp}-{round_}"))
+            rows["otlp keyed"].append(run_worker(broker, workdir, args.requests, otlp_keyed,
+                                                 f"assembled-keyed-{stamp}-{round_}"))
         n = args.requests
         base = statistics.median(rate for rate, _ in rows["rag.decisions"])
         for name, results in rows.items():
@@ -197,7 +219,7 @@ def main() -> None:
             line = (f"{name:14s} median {statistics.median(rates):>8,.0f} decisions/s "
                     f"({statistics.median(rates) / base:.2f}x rag.decisions), "
                     f"CPU {cpu:.1f} s per 100k decisions")
-            if name == "otlp":
+            if name.startswith("otlp"):
                 line += f", {statistics.median(rates) * spans / n:,.0f} spans/s"
             print(line + "; rounds: " + ", ".join(f"{r:,.0f}" for r in rates))
 

@@ -151,23 +151,43 @@ def messages(spans: Sequence[ReadableSpan], encoding: str, per_message: int,
     """The spans in export batches of `per_message` after a shuffle (so one trace's spans
     land in several messages), each encoded by the OTel SDK's OTLP encoder; `otlp_json`
     as the Collector writes it (protobuf JSON with hex trace and span ids)."""
+    return [_encoded(batch, encoding) for batch in _batches(spans, per_message, seed)]
+
+
+def keyed_messages(spans: Sequence[ReadableSpan], encoding: str, per_message: int,
+                   seed: int = 3) -> list[tuple[bytes, bytes]]:
+    """(key, message) as the Collector's exporter writes them with
+    `partition_traces_by_id: true`: each export batch split by trace, one message a
+    trace, keyed by its trace id in hex."""
+    out = []
+    for batch in _batches(spans, per_message, seed):
+        by_trace: dict[int, list[ReadableSpan]] = {}
+        for span in batch:
+            by_trace.setdefault(span.context.trace_id, []).append(span)
+        out += [(f"{trace_id:032x}".encode(), _encoded(group, encoding))
+                for trace_id, group in by_trace.items()]
+    return out
+
+
+def _batches(spans: Sequence[ReadableSpan], per_message: int,
+             seed: int) -> list[list[ReadableSpan]]:
     shuffled = list(spans)
     random.Random(seed).shuffle(shuffled)
-    out = []
-    for start in range(0, len(shuffled), per_message):
-        request = encode_spans(shuffled[start:start + per_message])
-        if encoding == "otlp_proto":
-            out.append(request.SerializeToString())
-        else:
-            document = MessageToDict(request)
-            for resource in document["resourceSpans"]:
-                for scope in resource["scopeSpans"]:
-                    for span in scope["spans"]:
-                        for key in ("traceId", "spanId", "parentSpanId"):
-                            if key in span:
-                                span[key] = _hex(span[key])
-            out.append(json.dumps(document).encode())
-    return out
+    return [shuffled[start:start + per_message] for start in range(0, len(shuffled), per_message)]
+
+
+def _encoded(batch: Sequence[ReadableSpan], encoding: str) -> bytes:
+    request = encode_spans(batch)
+    if encoding == "otlp_proto":
+        return request.SerializeToString()
+    document = MessageToDict(request)
+    for resource in document["resourceSpans"]:
+        for scope in resource["scopeSpans"]:
+            for span in scope["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = _hex(span[key])
+    return json.dumps(document).encode()
 
 
 def _hex(value: str) -> str:

@@ -33,27 +33,48 @@ _read_fragments = msgspec.msgpack.Decoder(list[Fragment])
 class Forwarded(NamedTuple):
     """A batch of OTLP messages made into records of fragments for the spans topic:
     by partition (`crc32(trace id) % partitions`), and the messages refused (index in
-    the batch, reason, detail: no bytes of the message)."""
+    the batch, reason, detail: no bytes of the message). `local`: the fragments of
+    messages keyed by their one trace's id (the Collector's `partition_traces_by_id:
+    true`), by the (topic, partition) they came from: every span of such a trace comes
+    to that partition, so it is buffered there, without the spans topic."""
 
     chunks: dict[int, list[bytes]]
     rejected: list[tuple[int, str, str]]
+    local: dict[tuple[str, int], list[Fragment]]
 
 
 def forward(raws: list[bytes], sources: list[tuple[str, int, int]], partitions: int,
-            max_bytes: int) -> Forwarded:
-    """Decode each message and group its traces' fragments by spans partition."""
+            max_bytes: int, keys: list[bytes | None] | None = None) -> Forwarded:
+    """Decode each message and group its traces' fragments by spans partition, or keep
+    them by source partition where the message's key names its only trace (`keys`: the
+    records' keys, as the Collector's exporter sets them: the trace id in hex)."""
     by_partition: dict[int, list[Fragment]] = {}
+    local: dict[tuple[str, int], list[Fragment]] = {}
     rejected = []
     for index, (raw, source) in enumerate(zip(raws, sources, strict=True)):
         found = decode(raw, source, max_bytes)
         if isinstance(found, NotOtlp):
             rejected.append((index, found.reason, found.detail))
             continue
-        for fragment in found.fragments:
+        fragments = found.fragments
+        if keys is not None and len(fragments) == 1 and _names(keys[index], fragments[0]):
+            local.setdefault((source[0], source[1]), []).append(fragments[0])
+            continue
+        for fragment in fragments:
             partition = zlib.crc32(fragment.trace_id.encode()) % partitions
             by_partition.setdefault(partition, []).append(fragment)
     return Forwarded({partition: [_fragments.encode(chunk) for chunk in _chunks(fragments)]
-                      for partition, fragments in by_partition.items()}, rejected)
+                      for partition, fragments in by_partition.items()}, rejected, local)
+
+
+def _names(key: bytes | None, fragment: Fragment) -> bool:
+    """Whether a record key is the fragment's trace id: 32 hex characters (the Collector's
+    exporter) or its 16 bytes."""
+    if key is None:
+        return False
+    if len(key) == 32:
+        return key.lower() == fragment.trace_id.encode()
+    return len(key) == 16 and key.hex() == fragment.trace_id
 
 
 def fragments_of(record: bytes) -> list[Fragment]:

@@ -52,7 +52,7 @@ from monitor.worker.dead import DeadLetters
 from monitor.worker.merge import Merger, owner
 from monitor.worker.partitions import Group, Partitions
 from monitor.worker.reference_sync import ReferenceSync
-from monitor.worker.spans import SpanStage
+from monitor.worker.spans import SpanStage, Where
 from monitor.worker.threads import in_daemon_thread
 from monitor.worker.wiring import credentials, every, raw_topic, retrying
 
@@ -83,10 +83,8 @@ class Worker:
             if name in CARRIED_HEALTH:
                 setattr(self.health, name, type(getattr(self.health, name))(value))
         self.dead = DeadLetters(raw_topic(app, settings.topic_dlq), self.health)
-        self.partitions = Partitions(
-            settings, raw_topic(app, settings.topic_state),
-            raw_topic(app, settings.topic_seen),
-            self.health)
+        self.partitions = Partitions(settings, raw_topic(app, settings.topic_state),
+                                     raw_topic(app, settings.topic_seen), self.health)
         self.references_topic = raw_topic(app, settings.topic_references)
         # Stage two: every partition's checkpoint merged; this worker detects on and
         # exports the releases it owns (monitor/worker/merge.py).
@@ -145,9 +143,9 @@ class Worker:
                 records = {tp.partition: found for tp, found in batch.records.items()
                            if tp.topic == topic}
                 if records:
+                    events = sum(map(len, records.values()))
                     attributes: dict[str, str | int] = {"ragmon.kind": kind,
-                                                        "ragmon.events": sum(
-                                                            map(len, records.values()))}
+                                                        "ragmon.events": events}
                     with self.tracer.start_as_current_span("ragmon.batch",
                                                            attributes=attributes):
                         await self._take_kind(kind, topic, records)
@@ -173,12 +171,13 @@ class Worker:
             await self._fold_batch(kind, topic, records)
 
     async def tick_spans(self) -> None:
-        """Assemble the traces due in quiet span partitions (monitor/worker/spans.py)."""
+        """Assemble the traces due in quiet span partitions (monitor/worker/spans.py). The
+        assignment is read under the lock `forget` takes: no revoked buffer is restored."""
         if self.spans is None:
             return
-        assigned = {tp.partition for tp in self.app.consumer.assignment()
-                    if tp.topic == self.settings.topic_spans}
         async with self.folding:
+            assigned = {(tp.topic, tp.partition) for tp in self.app.consumer.assignment()
+                        if tp.topic in (self.settings.topic_spans, self.settings.otlp_topic)}
             await self.retrying(partial(self.spans.tick, assigned), "spans: quiet partitions")
 
     async def _fold_batch(self, kind: EventKind, topic: str,
@@ -208,7 +207,7 @@ class Worker:
         self.health.batches += 1
         self.last_progress = time.monotonic()
 
-    async def forget(self, partitions: set[int], spans: set[int] | None = None) -> None:
+    async def forget(self, partitions: set[int], spans: set[Where] | None = None) -> None:
         """Drop the states of `partitions` (and the span buffers of `spans`) once the
         batch folding now is checkpointed (a revoke waits for it: its new owner restores
         that checkpoint)."""
@@ -390,8 +389,8 @@ def build(settings: Settings) -> Worker:
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def on_revoked(app: faust.App, revoked: set[Any], **_: Any) -> None:
         await worker.forget({tp.partition for tp in revoked if tp.topic in worker.topics},
-                            {tp.partition for tp in revoked
-                             if tp.topic == settings.topic_spans})
+                            {(tp.topic, tp.partition) for tp in revoked
+                             if tp.topic in (settings.topic_spans, settings.otlp_topic)})
 
     @app.task  # type: ignore[untyped-decorator]
     async def first_snapshot() -> None:

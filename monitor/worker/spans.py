@@ -9,21 +9,25 @@ Two steps, each a topic kind of `Worker.take`:
    reason and source offset, and no bytes of it. Every trace's spans become a fragment,
    sent to partition `crc32(trace id) % partitions` of `topic_spans` (fragments of one
    batch and partition in one record): the spans of a trace meet in one partition
-   whatever partitioner the exporter used (its default does not key by trace).
+   whatever partitioner the exporter used (its default does not key by trace). A
+   message keyed by its one trace's id (the exporter's `partition_traces_by_id: true`)
+   is already where all of its trace's spans come: its fragment is merged into the
+   buffer of its otlp partition at once, which step 2 then does for it here.
 2. `assemble` (records of `topic_spans`): each partition's span buffer
    (`monitor/ingest/spanbuffer.py`) merges its fragments; each trace that is ready is
    assembled, validated, and produced to `topic_decisions` keyed by its trace id (so
    labels keyed the same meet it), or dead-lettered (contract violations, with the
    source of the message that brought its decision span). Then the buffer is
-   checkpointed to `topic_state` (key `<app>:<topic_spans>:<partition>`) with the last
-   offset merged, and only then is the batch acknowledged.
+   checkpointed to `topic_state` (key `<app>:<topic>:<partition>`, the buffer's topic:
+   `topic_spans`, or `otlp_topic` for keyed messages) with the last offset merged, and
+   only then is the batch acknowledged.
 
 Exact under at-least-once: a crash before the checkpoint merges the fragments again
 from the checkpoint (offsets at or before it are skipped); a decision produced twice
 (produced, then a crash before the checkpoint) carries the same trace id and is folded
 once by the decisions topic's de-duplication. A fragment forwarded twice (a crash
 after forwarding, before the commit) is merged once: the buffer knows its source.
-While a spans partition is quiet, `tick` moves its buffer's clock on with the wall
+While a buffer's partition is quiet, `tick` moves its buffer's clock on with the wall
 clock, so that the last traces before a pause are assembled.
 """
 
@@ -45,7 +49,7 @@ from monitor.settings import Settings
 from monitor.worker import topics
 from monitor.worker.produce import send_keyed
 
-__all__ = ["SpanStage"]
+__all__ = ["SpanStage", "Where"]
 
 log = logging.getLogger("ragmon.worker")
 
@@ -66,11 +70,14 @@ class _Held:
         self.quiet_since = time.monotonic()  # the last record merged (or the restore)
 
 
-class _Step(NamedTuple):
-    """One partition's part of a batch (or of a quiet tick): what to deliver, and the
-    spans offset its checkpoint holds."""
+Where = tuple[str, int]  # a buffer's (topic, partition): of topic_spans, or of otlp_topic
 
-    partition: int
+
+class _Step(NamedTuple):
+    """One buffer's part of a batch (or of a quiet tick): what to deliver, and the
+    offset its checkpoint holds."""
+
+    where: Where
     held: _Held
     assembled: list[Assembled]
     applied: int
@@ -85,39 +92,62 @@ class SpanStage:
         self.state_topic = state_topic
         self.health = health
         self.dead_letter = dead_letter
-        self.held: dict[int, _Held] = {}
+        self.held: dict[Where, _Held] = {}
         # Messages read from otlp_topic, by outcome (read, rejected); this process's.
         self.messages: Counter[str] = Counter(read=0, rejected=0)
 
-    def state_key(self, partition: int) -> bytes:
-        return f"{self.settings.app_id}:{self.settings.topic_spans}:{partition}".encode()
+    def state_key(self, where: Where) -> bytes:
+        return f"{self.settings.app_id}:{where[0]}:{where[1]}".encode()
+
+    def state_partition(self, where: Where) -> int:
+        """The state topic's partition of a buffer's checkpoint (otlp_topic may have
+        more partitions than ragmon's own topics: it is read as the Collector made it)."""
+        return where[1] % self.settings.partitions
 
     async def forward(self, records: Sequence[Any]) -> None:
-        """Step 1: OTLP messages -> fragments, re-keyed by trace id into `topic_spans`.
-        Decoded here: handing the messages to the states process and the fragments back
-        cost more than the compiled decoding itself (~25 us a request; RESULTS.md)."""
+        """Step 1: OTLP messages -> fragments, re-keyed by trace id into `topic_spans`;
+        those of a message keyed by its one trace's id (`partition_traces_by_id: true`)
+        are merged here, into the buffer of their otlp partition, and checkpointed as in
+        step 2 (no second hop: ~25-30 us a decision less; RESULTS.md). Decoded here:
+        handing the messages to the states process and the fragments back cost more than
+        the compiled decoding itself (~25 us a request)."""
         sources = [(str(r.topic), int(r.partition), int(r.offset)) for r in records]
         done = forward([r.value if isinstance(r.value, bytes) else b"" for r in records],
-                       sources, self.settings.partitions, self.settings.otlp_max_message_bytes)
+                       sources, self.settings.partitions, self.settings.otlp_max_message_bytes,
+                       [r.key if isinstance(r.key, bytes) else None for r in records])
         for index, reason, detail in done.rejected:
             await self.dead_letter(sources[index], b"", Rejection(reason, detail, b"", 0))
         deliveries = [await self.spans_topic.send(key=None, value=chunk, partition=partition)
                       for partition, chunks in sorted(done.chunks.items()) for chunk in chunks]
         await asyncio.gather(*deliveries)
         self.messages.update(read=len(records), rejected=len(done.rejected))
+        if done.local:
+            await self._restore_all(set(done.local))
+            work: list[_Step] = []
+            for where, fragments in sorted(done.local.items()):
+                held = self.held[where]
+                fresh = [fragment for fragment in fragments if fragment.source[2] > held.applied]
+                self.health.redelivered_skipped += len(fragments) - len(fresh)
+                if fresh:
+                    held.intake.merge(fresh)
+                    held.quiet_since = time.monotonic()
+                    work.append(_Step(where, held, held.intake.take(), fresh[-1].source[2]))
+            await self._deliver(work)
 
     async def assemble(self, records: dict[int, Sequence[Any]]) -> None:
         """Step 2: fragments -> span buffers -> decisions; checkpoints after delivery
         (every partition's decisions sent at once, then every checkpoint)."""
-        await self._restore_all(set(records))
+        topic = self.settings.topic_spans
+        await self._restore_all({(topic, partition) for partition in records})
         work: list[_Step] = []
         for partition, found in sorted(records.items()):
-            held = self.held[partition]
+            held = self.held[(topic, partition)]
             fresh = [record for record in found if record.offset > held.applied]
             self.health.redelivered_skipped += len(found) - len(fresh)
             if fresh:
                 self._merge(partition, held, fresh)
-                work.append(_Step(partition, held, held.intake.take(), fresh[-1].offset))
+                work.append(_Step((topic, partition), held, held.intake.take(),
+                                  fresh[-1].offset))
         await self._deliver(work)
 
     def _merge(self, partition: int, held: _Held, fresh: list[Any]) -> None:
@@ -132,13 +162,16 @@ class SpanStage:
             held.intake.merge(fragments)
         held.quiet_since = time.monotonic()
 
-    async def tick(self, assigned: set[int]) -> None:
-        """Assemble what is due in quiet partitions: a partition without records for
-        `otlp_grace_seconds` moves its buffer's clock on by the wall time since."""
+    async def tick(self, assigned: set[Where]) -> None:
+        """Assemble what is due in quiet buffers: a buffer without records for
+        `otlp_grace_seconds` moves its clock on by the wall time since. A partition
+        assigned here whose buffer is not held (a rebalance moved it, or gave it back)
+        is restored first: its waiting traces are due whether or not records follow."""
+        await self._restore_all(assigned - set(self.held))
         now = time.monotonic()
         work: list[_Step] = []
-        for partition in sorted(assigned & set(self.held)):
-            held = self.held[partition]
+        for where in sorted(assigned & set(self.held)):
+            held = self.held[where]
             quiet = now - held.quiet_since
             buffer = held.intake.buffer
             if len(buffer) == 0 or quiet < self.settings.otlp_grace_seconds:
@@ -147,17 +180,17 @@ class SpanStage:
             waiting = len(buffer)
             due = held.intake.take(buffer.clock + quiet)
             if len(buffer) < waiting:  # traces taken (counted): checkpointed with the rest
-                work.append(_Step(partition, held, due, held.applied))
+                work.append(_Step(where, held, due, held.applied))
         await self._deliver(work)
 
-    def forget(self, partitions: set[int]) -> None:
+    def forget(self, revoked: set[Where]) -> None:
         """Drop the buffers of partitions no longer assigned (their new owner restores)."""
-        for partition in partitions:
-            self.held.pop(partition, None)
+        for where in revoked:
+            self.held.pop(where, None)
 
     def counts(self) -> dict[str, int]:
         """The buffers' counters (traces_*, spans_*, content_fields_dropped) and the
-        traces waiting, summed over the partitions held; with the messages read here."""
+        traces waiting, summed over the buffers held; with the messages read here."""
         total: Counter[str] = Counter()
         for held in self.held.values():
             total.update(held.intake.buffer.counts)
@@ -181,35 +214,35 @@ class SpanStage:
                         keyed.append((item.key.encode(), item.raw))
             await send_keyed(self.decisions_topic, keyed)
             await asyncio.gather(*[await self.state_topic.send(
-                key=self.state_key(step.partition), partition=step.partition,
+                key=self.state_key(step.where), partition=self.state_partition(step.where),
                 value=msgspec.msgpack.encode(_Checkpoint(
                     step.applied, step.held.intake.buffer.to_bytes())))
                 for step in work])
         except BaseException:
             for step in work:
-                self.held.pop(step.partition, None)
+                self.held.pop(step.where, None)
             raise
         for step in work:
             step.held.applied = step.applied
             self.health.checkpoints += 1
 
-    async def _restore_all(self, partitions: set[int]) -> None:
-        missing = sorted(partitions - set(self.held))
+    async def _restore_all(self, wheres: set[Where]) -> None:
+        missing = sorted(wheres - set(self.held))
         if missing:
-            restored = await asyncio.gather(*(self._restore(p) for p in missing))
+            restored = await asyncio.gather(*(self._restore(where) for where in missing))
             self.held.update(zip(missing, restored, strict=True))
 
-    async def _restore(self, partition: int) -> _Held:
-        key = self.state_key(partition)
-        found = await topics.read_topic(self.settings, self.settings.topic_state, partition,
-                                        lambda k: k == key)
+    async def _restore(self, where: Where) -> _Held:
+        key = self.state_key(where)
+        found = await topics.read_topic(self.settings, self.settings.topic_state,
+                                        self.state_partition(where), lambda k: k == key)
         intake = SpanIntake(self.settings)
         blob = found.get(key)
         if blob is None:
-            log.info("spans partition %d: new", partition)
+            log.info("span buffer %s/%d: new", *where)
             return _Held(intake, -1)
         checkpoint = _read_checkpoint.decode(blob)
         intake.buffer.restore(checkpoint.buffer)
-        log.info("spans partition %d: restored at offset %d, %d traces waiting", partition,
+        log.info("span buffer %s/%d: restored at offset %d, %d traces waiting", *where,
                  checkpoint.applied, len(intake.buffer))
         return _Held(intake, checkpoint.applied)

@@ -115,8 +115,8 @@ async def check_topics(worker: Tended) -> None:
         await worker.partitions.forget({tp.partition for tp in assigned
                                         if tp.topic in worker.topics})
         if worker.spans is not None:  # the span buffers restore from the new log too
-            worker.spans.forget({tp.partition for tp in assigned
-                                 if tp.topic == settings.topic_spans})
+            worker.spans.forget({(tp.topic, tp.partition) for tp in assigned
+                                 if tp.topic in (settings.topic_spans, settings.otlp_topic)})
         await rewind(worker.app.consumer, assigned)
     # The fold gets a whole stall period from here: the outage before it was no stall, and
     # a restart in place now would start counting again and lose the `state_lost` count.

@@ -25,9 +25,9 @@ from monitor.cli import main
 from monitor.client import DecisionEmitter, annotate_span
 from monitor.ingest.otlp import Fragment, NotOtlp, Span, decode
 from monitor.ingest.spanbuffer import SpanBuffer
-from monitor.ingest.spans import Assembled, SpanIntake
+from monitor.ingest.spans import Assembled, SpanIntake, forward, fragments_of
 from monitor.settings import load
-from tests.otel_apps import CONTENT_MARKER, genai_app, langchain_app, messages
+from tests.otel_apps import CONTENT_MARKER, genai_app, keyed_messages, langchain_app, messages
 
 ENCODINGS = ("otlp_proto", "otlp_json")
 MARKER = CONTENT_MARKER.encode()
@@ -165,6 +165,46 @@ def test_redelivered_fragments_merge_once_and_late_spans_are_counted():
     assert ready.complete and ready.source == ("otlp_spans", 0, 1)
     buffer.add(_fragment("a" * 32, 3, _span("3" * 16, "1" * 16, 103.0)))
     assert buffer.counts["spans_late"] == 1 and len(buffer) == 0
+
+
+@pytest.mark.parametrize("encoding", ["otlp_proto", "otlp_json"])
+def test_messages_keyed_by_their_trace_stay_in_their_partition_with_the_same_decisions(
+        encoding):
+    """`partition_traces_by_id: true`: a message keyed by its one trace's id (in hex, or
+    its 16 bytes) is buffered where it came from; any other is re-keyed through the spans
+    topic. Either way the same decisions come out."""
+    spans, decided = genai_app(30, seed=5)
+    keyed = keyed_messages(spans, encoding, 7)
+    keys: list[bytes | None] = [key for key, _ in keyed]
+    keys[0] = bytes.fromhex(keys[0].decode())  # 16 raw bytes name it too
+    keys[1] = keys[2]                          # another trace's id: re-keyed
+    keys[3] = None                             # unkeyed: re-keyed
+    others, decided_others = genai_app(3, seed=6)
+    raws = [raw for _, raw in keyed] + messages(others, encoding, 100)
+    keys += [keyed_messages(others, encoding, 100)[0][0]]  # several traces: re-keyed
+    sources = [("otlp_spans", i % 3, i) for i in range(len(raws))]
+    done = forward(raws, sources, 4, 1_000_000, keys)
+    local = [fragment for fragments in done.local.values() for fragment in fragments]
+    assert len(local) == len(keyed) - 2
+    assert all(where == ("otlp_spans", fragment.source[1])
+               for where, fragments in done.local.items() for fragment in fragments)
+    assert {0, 1, 3, len(raws) - 1} & {f.source[2] for f in local} == {0}
+    forwarded = [f for chunks in done.chunks.values() for c in chunks for f in fragments_of(c)]
+    assert {f.source[2] for f in forwarded} == {1, 3, len(raws) - 1}
+    # Merged per partition (local) or per spans partition (forwarded), as the worker
+    # does: the decisions are the applications', the repeated spans merged once.
+    intakes: dict[object, SpanIntake] = {}
+    for where, fragments in done.local.items():
+        intakes.setdefault(where, SpanIntake(load())).merge(fragments)
+    for partition, chunks in done.chunks.items():
+        for chunk in chunks:
+            intakes.setdefault(partition, SpanIntake(load())).merge(fragments_of(chunk))
+    found = Counter()
+    for intake in intakes.values():
+        for item in intake.take(final=True):
+            trace = json.loads(item.raw)
+            found[(trace["system"]["release"], trace["decision"], trace.get("reason"))] += 1
+    assert found == decided + decided_others
 
 
 def test_a_trace_without_its_root_waits_for_the_timeout_then_is_incomplete():

@@ -28,27 +28,27 @@ from monitor.cli import main
 from monitor.client import produce
 from monitor.simulate import Simulator
 from monitor.worker.connection import kafka_python_options
-from tests.otel_apps import CONTENT_MARKER, genai_app, langchain_app, messages
+from tests.otel_apps import CONTENT_MARKER, genai_app, keyed_messages, langchain_app, messages
 
 pytestmark = pytest.mark.integration
 
 OTLP = {"RAGMON_OTLP_TOPIC": "otlp_spans"}
 
 
-def send(settings, raws: list[bytes], keyed_by_trace: bool = False) -> None:
+def send(settings, raws: list[bytes], keys: list[bytes] | None = None) -> None:
     """As the Collector's Kafka exporter: one message per export request, unkeyed by
-    default (`partition_traces_by_id: false`), else keyed by its first trace id."""
+    default (`partition_traces_by_id: false`), else each keyed (`keyed_messages`)."""
     producer = KafkaProducer(**kafka_python_options(settings), acks="all")
     try:
-        for raw in raws:
-            key = None
-            if keyed_by_trace:
-                at = raw.find(b'"traceId": "')
-                key = raw[at + 12:at + 44] if at >= 0 else raw[-16:]
-            producer.send("otlp_spans", value=raw, key=key)
+        for index, raw in enumerate(raws):
+            producer.send("otlp_spans", value=raw, key=None if keys is None else keys[index])
         producer.flush()
     finally:
         producer.close()
+
+
+def send_keyed(settings, keyed: list[tuple[bytes, bytes]]) -> None:
+    send(settings, [raw for _, raw in keyed], [key for key, _ in keyed])
 
 
 def read_all(settings, topic: str) -> list[bytes]:
@@ -111,7 +111,7 @@ def test_spans_of_instrumented_apps_are_counted_as_the_apps_decided(broker, tmp_
     process, port = start_worker(broker, tmp_path, env=OTLP)
     try:
         send(settings, messages(lc_spans, "otlp_proto", 9))
-        send(settings, messages(g_spans, "otlp_json", 4), keyed_by_trace=True)
+        send_keyed(settings, keyed_messages(g_spans, "otlp_json", 4))
         send(settings, [*messages(bad_spans, "otlp_proto", 100), b"\x00not otlp"])
         traces = 40 + 30
         got = wait_for(lambda: (m := scrape(port)) and otlp(m, "traces", "assembled") >= traces
@@ -162,25 +162,32 @@ def test_spans_of_instrumented_apps_are_counted_as_the_apps_decided(broker, tmp_
 
 def test_kill_9_with_spans_in_the_buffer_counts_exactly(broker, tmp_path):
     settings = broker.settings()
-    spans, decided = genai_app(200, seed=21)
+    spans, decided = genai_app(100, seed=21)
     raws = messages(spans, "otlp_proto", 7)
+    # Half the traces keyed by their id (buffered in their otlp partition), half not
+    # (buffered in the spans topic's): both buffers cut by the kill.
+    keyed_spans, keyed_decided = genai_app(100, seed=22, release="g-2")
+    keyed = keyed_messages(keyed_spans, "otlp_proto", 7)
     # A long grace holds traces in the buffer (and its checkpoint) across the kill.
     env = {**OTLP, "RAGMON_OTLP_GRACE_SECONDS": "4"}
     first, port = start_worker(broker, tmp_path, "first", env=env)
     send(settings, raws[:len(raws) // 2])
-    wait_for(lambda: otlp(scrape(port), "spans", "read") >= len(spans) // 4,
+    send_keyed(settings, keyed[:len(keyed) // 2])
+    wait_for(lambda: otlp(scrape(port), "spans", "read") >= len(spans) // 2,
              what="spans merged by the first worker")
     first.kill()  # kill -9: buffers, deliveries and commits cut wherever they were
     first.wait()
     send(settings, raws[len(raws) // 2:])
+    send_keyed(settings, keyed[len(keyed) // 2:])
     send(settings, raws[:len(raws) // 4])  # the exporter retrying: spans delivered twice
+    send_keyed(settings, keyed[:len(keyed) // 4])
     second, port = start_worker(broker, tmp_path, "second", env=env)
     try:
         wait_for(lambda: sum(by_decision(scrape(port)).values()) >= 200, timeout=120,
                  what="every decision folded after the restart")
         time.sleep(6)  # past the grace: a double count would show now
         got = scrape(port)
-        decisions, _ = expected(decided)
+        decisions, _ = expected(decided + keyed_decided)
         assert by_decision(got) == decisions
         assert otlp(got, "traces", "assembled") + otlp(got, "traces", "incomplete") == 200
     finally:
@@ -189,23 +196,27 @@ def test_kill_9_with_spans_in_the_buffer_counts_exactly(broker, tmp_path):
 
 def test_two_workers_one_killed_the_other_takes_over_the_span_buffers(broker, tmp_path):
     settings = broker.settings()
-    spans, decided = genai_app(240, seed=31)
+    spans, decided = genai_app(120, seed=31)
     raws = messages(spans, "otlp_json", 5)
+    keyed_spans, keyed_decided = genai_app(120, seed=32, release="g-2")
+    keyed = keyed_messages(keyed_spans, "otlp_json", 5)  # buffered in their otlp partitions
     env = {**OTLP, "RAGMON_OTLP_GRACE_SECONDS": "4", "RAGMON_STALL_SECONDS": "15"}
     first, port_a, second, port_b = start_two_workers(broker, tmp_path, env)
     try:
         send(settings, raws[:len(raws) // 2])
+        send_keyed(settings, keyed[:len(keyed) // 2])
         wait_for(lambda: otlp(scrape(port_a), "spans", "read")
-                 + otlp(scrape(port_b), "spans", "read") >= len(spans) // 4,
+                 + otlp(scrape(port_b), "spans", "read") >= len(spans) // 2,
                  what="both workers merging spans")
         first.kill()  # kill -9 with traces in its buffers: they move with the partitions
         first.wait()
         send(settings, raws[len(raws) // 2:])
+        send_keyed(settings, keyed[len(keyed) // 2:])
         wait_for(lambda: scrape(port_b).get(OWNED) == 4, what="the survivor owning all")
         wait_for(lambda: sum(by_decision(scrape(port_b)).values()) >= 240, timeout=150,
                  what="every decision counted by the survivor")
         time.sleep(6)  # past the grace: a double count would show now
-        decisions, _ = expected(decided)
+        decisions, _ = expected(decided + keyed_decided)
         assert by_decision(scrape(port_b)) == decisions
     finally:
         for process in (first, second):
