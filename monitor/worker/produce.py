@@ -37,15 +37,16 @@ async def send_keyed(topic: Any, keyed: list[tuple[bytes, bytes]]) -> None:
     by_partition: dict[int, list[tuple[bytes, bytes]]] = {}
     if type(producer._partitioner) is DefaultPartitioner:
         # Its choice, with the hash compiled: all_partitions[murmur2(key) & 0x7fffffff % n]
-        # (aiokafka.s `_partition`; tests/worker/test_murmur2.py checks the two agree).
+        # (aiokafka's `_partition`; tests/worker/test_murmur2.py checks the two agree).
         partitions = list(producer._metadata.partitions_for_topic(name))
-        for key, value in keyed:
-            partition = partitions[(murmur2(key) & 0x7FFFFFFF) % len(partitions)]
-            by_partition.setdefault(partition, []).append((key, value))
+
+        def choose(key: bytes) -> int:
+            return int(partitions[(murmur2(key) & 0x7FFFFFFF) % len(partitions)])
     else:
-        for key, value in keyed:
-            partition = producer._partition(name, None, None, None, key, None)
-            by_partition.setdefault(partition, []).append((key, value))
+        def choose(key: bytes) -> int:
+            return int(producer._partition(name, None, None, None, key, None))
+    for key, value in keyed:
+        by_partition.setdefault(choose(key), []).append((key, value))
     deliveries = []
     for partition, records in sorted(by_partition.items()):
         batch = producer.create_batch()
