@@ -46,7 +46,7 @@ from monitor.export.http import Limits
 from monitor.export.pages import Pages
 from monitor.export.snapshot import Health, Local, snapshot_from
 from monitor.settings import Settings
-from monitor.worker import stall, telemetry, topics, upkeep
+from monitor.worker import assignor, stall, telemetry, topics, upkeep
 from monitor.worker.batches import Batch, BatchApp, BatchConsumer
 from monitor.worker.dead import DeadLetters
 from monitor.worker.merge import Merger, owner
@@ -356,6 +356,7 @@ def build(settings: Settings) -> Worker:
         key_serializer="raw",
         topic_partitions=settings.partitions,
         web_enabled=False,
+        PartitionAssignor=assignor.SizedAssignor,  # topics that came back smaller
         # Apache Kafka refuses sessions under 6 s; the embedded broker admits a member
         # after ~half the session timeout (ARCHITECTURE.md): both are settings.
         broker_session_timeout=settings.session_timeout_seconds,

@@ -33,11 +33,12 @@ RANKS = {
 }
 LAYER_ORDER = ["ingest", "aggregate", "detect", "export", "worker", "cli"]
 THIRD_PARTY_HOMES = {
-    "faust": {"worker.app", "worker.batches", "worker.process", "worker.wiring"},
+    "faust": {"worker.app", "worker.assignor", "worker.batches", "worker.process",
+              "worker.wiring"},
     "prometheus_client": {"export.catalog", "export.collector", "export.health",
                           "export.pages"},
     "kafka": {"client", "worker.provision", "worker.rewind"},
-    "aiokafka": {"worker.topics", "worker.reference_sync", "worker.produce"},
+    "aiokafka": {"worker.topics", "worker.reference_sync", "worker.produce", "worker.assignor"},
     "scipy": {"detect.detectors", "detect.shares"}, "pydantic": {"settings"},
     "pydantic_settings": {"settings"},
     "rich": {"offline.terminal"}, "matplotlib": {"offline.plots"},
