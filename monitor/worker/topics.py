@@ -141,9 +141,14 @@ class Tail:
         # (a checkpoint merged back to an older one: the exported counters went down).
         self._positions: dict[int, int] = {}
         self._until: dict[int, int] = {}  # the ends to read up to before a poll returns
+        self._renew = False  # `restart` asked: the next poll reads from the beginning
 
     async def poll(self, max_polls: int = 50) -> list[tuple[bytes, bytes]]:
         read: list[tuple[bytes, bytes]] = []
+        if self._renew:
+            self._renew = False
+            self._positions.clear()
+            await self._drop()
         try:
             if self._consumer is None:
                 await self._start()
@@ -203,15 +208,23 @@ class Tail:
         ends = await asyncio.wait_for(consumer.end_offsets(tps), timeout=END_SECONDS)
         for tp in tps:
             # Tansu reports the end as the last batch's start: one record behind is normal.
-            if ends[tp] < await consumer.position(tp) - 1:
+            # The position is the one read here: aiokafka's `position` waits (40 s at a
+            # time, for ever on a stopped consumer) for a partition without a leader.
+            if ends[tp] < self._positions.get(tp.partition, 0) - 1:
                 log.warning("%s/%d: end offset %d is behind the position read: reading it "
                             "again from the beginning", tp.topic, tp.partition, ends[tp])
                 self._positions.pop(tp.partition, None)
                 await consumer.seek_to_beginning(tp)
 
+    def restart(self) -> None:
+        """Make the next poll read every partition again from its beginning (a new log:
+        the broker lost the old one). Only a flag: a poll under way (stage two, every
+        second) keeps its consumer; stopped beneath it, a wait for a position never
+        ended and stage two with it (no snapshot again, scrapes timed out)."""
+        self._renew = True
+
     async def stop(self) -> None:
-        """Stop reading; the next poll reads every partition again from its beginning
-        (a new log: the broker lost the old one)."""
+        """Stop reading; a later poll reads every partition again from its beginning."""
         self._positions.clear()
         await self._drop()
 

@@ -106,7 +106,7 @@ async def check_topics(worker: Tended) -> None:
         # The state topic's log is new too: stage two reads it again from its start. Its
         # own check (an end behind the position read) misses a new log that has already
         # grown past the old position, and stage two then kept old checkpoints.
-        await worker.state_tail.stop()
+        worker.state_tail.restart()
     for line in (lost[tp] for tp in assigned if tp in lost):
         log.warning("%s", line)
     log.warning("reading partitions %s again from the beginning",

@@ -1,6 +1,6 @@
 """Stage two's reader of the state topic (`monitor.worker.topics.Tail`) on a real broker:
 its first poll reads every partition to its end; after a failed poll it goes on from
-where it was; only `stop` (a new log) reads a topic again from its beginning. (Read
+where it was; only `restart` (a new log) reads a topic again from its beginning. (Read
 again after a failure, a partition's older checkpoints came back first and were merged
 as the newest: the exported counters went down.)"""
 
@@ -19,7 +19,7 @@ from monitor.worker.topics import Tail
 pytestmark = pytest.mark.integration
 
 
-def test_a_tail_goes_on_after_a_failure_and_reads_again_only_when_stopped(broker):
+def test_a_tail_goes_on_after_a_failure_and_reads_again_only_when_restarted(broker):
     settings = broker.settings()
     ensure_topics(settings)
     topic = settings.topic_state
@@ -50,7 +50,7 @@ def test_a_tail_goes_on_after_a_failure_and_reads_again_only_when_stopped(broker
             await tail._drop()  # what a poll that raised does (a broker away)
             send(b"3")
             after_failure = await read(tail, 1)
-            await tail.stop()  # a new log: read from the beginning
+            tail.restart()  # a new log: read from the beginning
             after_stop = await read(tail, 3)
             return first, after_failure, after_stop
         finally:
