@@ -25,7 +25,9 @@ Guarantees, as with the per-event stream:
   partition is sought (a rewind). A batch fetched in an earlier epoch is not folded
   (`current`): its records are read again, since after a rebalance Faust seeks every
   assigned partition to its committed offset, and a gather that saw the epoch move
-  seeks again (its last fetch may hold records from after that seek). A batch
+  seeks again (its last fetch may hold records from after that seek); a partition
+  without a committed offset, which that seek leaves where it is, is sought back to the
+  first record dropped (`_seek_uncommitted`). A batch
   folding when a rebalance begins finishes first: the worker's revoke handler waits
   for it. Records read again are skipped by offset where a checkpoint holds them.
 """
@@ -70,6 +72,7 @@ class BatchConsumer(Consumer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._sought: dict[TP, tuple[int, int]] = {}  # by partition: (epoch, offset)
+        self._committed_seen: Mapping[Any, int | None] = {}  # the last seek_to_committed's
 
     def stop_flow(self) -> None:
         self.epoch += 1  # a rebalance begins: what was fetched before is read again
@@ -86,6 +89,27 @@ class BatchConsumer(Consumer):
         for tp, (epoch, offset) in list(self._sought.items()):
             if epoch > since:
                 await super().seek(tp, offset)
+
+    async def seek_to_committed(self) -> Any:
+        self._committed_seen = await super().seek_to_committed()
+        return self._committed_seen
+
+    async def _seek_uncommitted(self, *dropped: Mapping[TP, Sequence[Any]], since: int) -> None:
+        """Seek back to the first dropped record every assigned partition that Faust's
+        seek left where it was: aiokafka's `seek_to_committed` does not move a partition
+        whose committed offset is none or 0 (a new partition, a fresh group, a rewind),
+        and its position was past the dropped records: they were never read again (200
+        traces uncounted after a broker lost its log, on Apache Kafka)."""
+        first: dict[TP, int] = {}
+        for records in dropped:
+            for tp, found in records.items():
+                if found:
+                    first[tp] = min(found[0].offset, first.get(tp, found[0].offset))
+        assigned = self.assignment()
+        for tp, offset in first.items():
+            committed = self._committed_seen.get(tp)
+            if tp in assigned and not committed and self._sought.get(tp, (0,))[0] <= since:
+                await super().seek(tp, 0 if committed == 0 else offset)
 
     async def refresh_metadata(self) -> None:
         """Ask the broker for its metadata now. aiokafka asks on its own only every
@@ -170,6 +194,7 @@ class BatchConsumer(Consumer):
                 # seek (Faust resumes the flow after seeking): read them again.
                 await self.perform_seek()
                 await self._seek_again(since=epoch)
+                await self._seek_uncommitted(records, fetched, since=epoch)
                 return None
             if self.should_stop:
                 return None
@@ -193,6 +218,7 @@ class BatchConsumer(Consumer):
             return {}
         if not self.flow_active:
             await self.perform_seek()  # as Faust's getmany: flow stopped mid-fetch
+            await self._seek_uncommitted(fetched, since=self.epoch)
             return {}
         kept: dict[TP, list[Any]] = {}
         for tp, found in fetched.items():

@@ -75,3 +75,35 @@ def test_a_rebalance_makes_fetched_batches_stale(consumer: BatchConsumer) -> Non
     assert not consumer.current(fetched)
     again = Batch({TP(TOPIC, 0): []}, consumer.epoch)
     assert consumer.current(again)
+
+
+class _Record:
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+
+def test_dropped_records_of_partitions_faust_does_not_seek_are_read_again(
+        consumer: BatchConsumer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stale batch is dropped and read again from where Faust's seek puts each partition;
+    aiokafka's seek_to_committed leaves partitions whose committed offset is none or 0
+    where they are, past the dropped records. Those are sought back here (where the
+    broker would be asked: the transport's seek is recorded instead)."""
+    sought: list[tuple[TP, int]] = []
+
+    async def record(tp: TP, offset: int) -> None:
+        sought.append((tp, offset))
+
+    new, fresh, committed, rewound, revoked = (TP(TOPIC, p) for p in range(5))
+    monkeypatch.setattr(consumer, "_seek", record)
+    monkeypatch.setattr(consumer, "assignment", lambda: {new, fresh, committed, rewound})
+    monkeypatch.setattr(consumer, "_committed_seen",
+                        {new: None, fresh: 0, committed: 300, rewound: None})
+    since = consumer.epoch
+    # A rewind after the batch began: its seek stands.
+    monkeypatch.setitem(consumer._sought, rewound, (since + 1, 0))
+    gathered = {new: [_Record(5), _Record(6)], committed: [_Record(300)]}
+    last = {new: [_Record(7)], fresh: [_Record(40)], rewound: [_Record(9)],
+            revoked: [_Record(2)]}
+    asyncio.new_event_loop().run_until_complete(
+        consumer._seek_uncommitted(gathered, last, since=since))
+    assert sorted(sought) == [(new, 5), (fresh, 0)]
