@@ -14,7 +14,7 @@ from monitor.export.snapshot import Health
 from monitor.settings import Settings
 from monitor.worker.connection import ssl_context
 
-__all__ = ["credentials", "every", "raw_topic", "retrying"]
+__all__ = ["credentials", "every", "guarded", "raw_topic", "retrying"]
 
 log = logging.getLogger("ragmon.worker")
 T = TypeVar("T")
@@ -22,13 +22,31 @@ T = TypeVar("T")
 
 def every(app: faust.App, seconds: float, step: Callable[[], Awaitable[None] | None], what: str,
           health: Health | None = None, traceback: bool = True) -> None:
-    """Run `step` every `seconds` (a Faust timer); a failure is logged (and counted as a
-    worker error with `health`), and the next round tries again."""
+    """Run `step` every `seconds` (a Faust timer), through `guarded`."""
+    app.timer(interval=seconds, name=f"ragmon: {what}")(guarded(step, what, health, traceback))
+
+
+def guarded(step: Callable[[], Awaitable[None] | None], what: str, health: Health | None = None,
+            traceback: bool = True) -> Callable[[], Awaitable[None]]:
+    """`step` whose failure is logged (and counted as a worker error with `health`), so
+    that the timer's next round tries again.
+
+    A CancelledError that is not the caller's own cancellation is a failure too: aiokafka
+    raises one where a client's metadata update is cancelled under a waiting call (a
+    broker gone), and escaping, it ended the timer for good (Faust logs "Terminating
+    cancelled task"): stage two never ran again, no snapshot, the scrapes timed out."""
     async def run() -> None:
         try:
             done = step()
             if done is not None:
                 await done
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise  # the timer itself is stopping
+            if health is not None:
+                health.worker_errors += 1
+            log.error("%s failed: cancelled inside (%r); the next round tries again", what, exc)
         except Exception as exc:
             if health is not None:
                 health.worker_errors += 1
@@ -37,7 +55,7 @@ def every(app: faust.App, seconds: float, step: Callable[[], Awaitable[None] | N
             else:
                 log.error("%s: %s", what, exc)
 
-    app.timer(interval=seconds, name=f"ragmon: {what}")(run)
+    return run
 
 
 def raw_topic(app: faust.App, name: str) -> Any:
