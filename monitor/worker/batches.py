@@ -83,6 +83,14 @@ class BatchConsumer(Consumer):
         self._sought[partition] = (self.epoch, offset)
         await super().seek(partition, offset)
 
+    async def _seek(self, partition: TP, offset: int) -> None:
+        """Every seek in the consumer's own thread. Faust's calls aiokafka from the app's
+        thread, while the consumer's thread may be inside a fetch, and aiokafka's fetcher
+        is not thread-safe: a fetch crashed the fetcher service (KeyError on a partition
+        sought meanwhile, after a broker lost its log), and with it the worker."""
+        thread = self._thread
+        await thread.call_thread(thread.seek, partition, offset)
+
     async def _seek_again(self, since: int) -> None:
         """Seek once more every partition sought after epoch `since` (a rewind; its
         offset 0 may not be committed yet)."""
