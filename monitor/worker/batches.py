@@ -89,7 +89,11 @@ class BatchConsumer(Consumer):
         is not thread-safe: a fetch crashed the fetcher service (KeyError on a partition
         sought meanwhile, after a broker lost its log), and with it the worker."""
         thread = self._thread
-        await thread.call_thread(thread.seek, partition, offset)
+
+        async def seek() -> None:  # in the consumer's own thread and loop
+            thread.seek(partition, offset)
+
+        await thread.call_thread(seek)
 
     async def _seek_again(self, since: int) -> None:
         """Seek once more every partition sought after epoch `since` (a rewind; its
