@@ -14,7 +14,7 @@ from monitor.export.snapshot import Health
 from monitor.settings import Settings
 from monitor.worker.connection import ssl_context
 
-__all__ = ["credentials", "every", "guarded", "raw_topic", "retrying"]
+__all__ = ["cancelled_inside", "credentials", "every", "guarded", "raw_topic", "retrying"]
 
 log = logging.getLogger("ragmon.worker")
 T = TypeVar("T")
@@ -41,8 +41,7 @@ def guarded(step: Callable[[], Awaitable[None] | None], what: str, health: Healt
             if done is not None:
                 await done
         except asyncio.CancelledError as exc:
-            task = asyncio.current_task()
-            if task is None or task.cancelling():
+            if not cancelled_inside():
                 raise  # the timer itself is stopping
             if health is not None:
                 health.worker_errors += 1
@@ -82,8 +81,20 @@ async def retrying(attempt: Callable[[], Awaitable[T]], what: str, health: Healt
     while True:
         try:
             return await attempt()
+        except asyncio.CancelledError as exc:
+            if not cancelled_inside():
+                raise  # the caller is stopping
+            health.worker_errors += 1
+            log.error("%s failed: cancelled inside (%r); retrying in %.1f s", what, exc, delay)
         except Exception:
             health.worker_errors += 1
             log.exception("%s failed; retrying in %.1f s", what, delay)
-            await asyncio.sleep(delay)
-            delay = min(2 * delay, 30.0)
+        await asyncio.sleep(delay)
+        delay = min(2 * delay, 30.0)
+
+
+def cancelled_inside() -> bool:
+    """Whether a CancelledError being handled was raised inside an awaited call rather
+    than by a cancellation of the current task (see `guarded`)."""
+    task = asyncio.current_task()
+    return task is not None and not task.cancelling()
