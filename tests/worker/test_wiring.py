@@ -5,6 +5,7 @@ cancellation stops it."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -12,35 +13,40 @@ from monitor.export.snapshot import Health
 from monitor.worker.wiring import guarded, retrying
 
 
-def test_a_failing_round_is_counted_and_the_next_one_runs() -> None:
-    health = Health()
-    rounds: list[int] = []
-
-    async def step() -> None:
-        rounds.append(len(rounds))
-        raise ConnectionError("broker away")
-
-    async def timer() -> None:
-        run = guarded(step, "a step", health)
-        for _ in range(3):
-            await run()
-
-    asyncio.run(timer())
-    assert rounds == [0, 1, 2]
-    assert health.worker_errors == 3
-
-
-def test_a_cancellation_from_inside_a_round_does_not_end_the_timer() -> None:
+async def cancelled_under_the_call() -> None:
     """What aiokafka does when a client's metadata update is cancelled under a waiting
     call: the waiter gets a CancelledError although nobody cancelled its task."""
+    update = asyncio.get_running_loop().create_future()
+    update.cancel()  # a client closed under the call
+    await asyncio.shield(update)
+
+
+async def broker_away() -> None:
+    raise ConnectionError("broker away")
+
+
+def cancel_while_waiting(start: Callable[[Callable[[], Awaitable[None]]], Awaitable[None]]) -> None:
+    """Run `start` on a step that waits, cancel its task, and wait for it to end."""
+    async def step() -> None:
+        await asyncio.sleep(60)
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(start(step))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        await task
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("failure", [broker_away, cancelled_under_the_call])
+def test_a_failing_round_is_counted_and_the_next_one_runs(failure) -> None:
     health = Health()
     rounds: list[int] = []
 
     async def step() -> None:
         rounds.append(len(rounds))
-        update = asyncio.get_running_loop().create_future()
-        update.cancel()  # a client closed under the call
-        await asyncio.shield(update)
+        await failure()
 
     async def timer() -> None:
         run = guarded(step, "merging partitions", health)
@@ -53,17 +59,8 @@ def test_a_cancellation_from_inside_a_round_does_not_end_the_timer() -> None:
 
 
 def test_the_timer_own_cancellation_still_stops_it() -> None:
-    async def step() -> None:
-        await asyncio.sleep(60)
-
-    async def scenario() -> None:
-        task = asyncio.ensure_future(guarded(step, "a step", Health())())
-        await asyncio.sleep(0.01)
-        task.cancel()
-        await task
-
     with pytest.raises(asyncio.CancelledError):
-        asyncio.run(scenario())
+        cancel_while_waiting(lambda step: guarded(step, "a step", Health())())
 
 
 def test_a_cancellation_from_inside_an_attempt_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -75,9 +72,7 @@ def test_a_cancellation_from_inside_an_attempt_is_retried(monkeypatch: pytest.Mo
     async def send() -> str:
         attempts.append(len(attempts))
         if len(attempts) < 3:
-            update = asyncio.get_running_loop().create_future()
-            update.cancel()  # a client closed under the call
-            await asyncio.shield(update)
+            await cancelled_under_the_call()
         return "delivered"
 
     assert asyncio.run(retrying(send, "checkpoint", health)) == "delivered"
@@ -86,14 +81,5 @@ def test_a_cancellation_from_inside_an_attempt_is_retried(monkeypatch: pytest.Mo
 
 
 def test_the_callers_own_cancellation_stops_the_retries() -> None:
-    async def send() -> None:
-        await asyncio.sleep(60)
-
-    async def scenario() -> None:
-        task = asyncio.ensure_future(retrying(send, "checkpoint", Health()))
-        await asyncio.sleep(0.01)
-        task.cancel()
-        await task
-
     with pytest.raises(asyncio.CancelledError):
-        asyncio.run(scenario())
+        cancel_while_waiting(lambda step: retrying(step, "checkpoint", Health()))
