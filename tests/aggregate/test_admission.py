@@ -186,3 +186,28 @@ def test_generated_traces_and_their_mutations(events, rng):
     compiled, python = Pipeline(SETTINGS), Pipeline(SETTINGS, compiled=False)
     assert _run(compiled, messages, [], 16) == _run(python, messages, [], 16)
     _same_state(compiled, python)
+
+
+_ZONES = st.sampled_from(["Z", "+00:00", "+05:30", "-08:00", "+14:00"])
+
+
+@needs_build
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.datetimes(min_value=__import__("datetime").datetime(1, 1, 2),
+                                       max_value=__import__("datetime").datetime(9999, 12, 30)),
+                          _ZONES), min_size=1, max_size=30),
+       st.sampled_from([1, 7, 60, 3_600, 86_400]))
+def test_times_of_any_era_and_zone_read_as_python_reads_them(times, window):
+    """The compiled admission reads a trace's time and its window in C (`_seconds`,
+    `_floor_div`): the same doubles and window starts as `datetime.timestamp()` and
+    `int(ts // size) * size`, before 1970, with microseconds, in any zone. (In time
+    order, so that most are folded rather than late or future.)"""
+    messages = [msgspec.json.encode({
+        "schema": "rag-decision/1", "trace_id": f"t{i}", "ts": moment.isoformat() + zone,
+        "system": {"release": "r1"}, "decision": "answer"})
+        for i, (moment, zone) in enumerate(sorted(times))]
+    wide = load(None, window_seconds=window, max_future_seconds=2_592_000)
+    compiled, python = Pipeline(wide), Pipeline(wide, compiled=False)
+    assert _run(compiled, messages, [], 7) == _run(python, messages, [], 7)
+    _same_state(compiled, python)
+    assert list(compiled.windows.open) == list(python.windows.open)
