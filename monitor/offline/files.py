@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import IO
 
+from monitor.ingest.native import load
 from monitor.offline.terminal import Progress
 
 __all__ = ["BATCH", "InputError", "batches", "check_readable", "open_bin", "open_out",
            "total_bytes"]
 
 BATCH = 1000
+LINES = load("monitor.offline._lines")  # the compiled line cutter, None where not built
 
 
 class InputError(Exception):
@@ -34,30 +36,64 @@ def check_readable(paths: list[str]) -> None:
             raise InputError(f"cannot read {path!r}: permission denied")
 
 
-def batches(path: str, progress: Progress) -> Iterator[tuple[list[int], list[bytes]]]:
-    """(line numbers, non-empty lines) in batches; blank lines are skipped, numbers from 1."""
+def batches(path: str, progress: Progress,
+            block: int = 1 << 20) -> Iterator[tuple[list[int], list[bytes]]]:
+    """(line numbers, non-empty lines) in batches; blank lines are skipped, numbers from 1.
+
+    Read `block` bytes at a time and cut in C where `_lines` is built; else line by line
+    (the reference: tests/offline/test_files.py checks both cut alike)."""
     try:
         stream: IO[bytes] = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
     except OSError as exc:
         raise InputError(f"cannot read {path!r}: {exc.strerror}") from None
     with stream if path != "-" else ExitStack():
-        batch: list[bytes] = []
-        numbers: list[int] = []
-        size = 0  # bytes read since the progress bar last moved (once a batch: it locks)
-        for number, line in enumerate(stream, 1):
-            size += len(line)
-            line = line.rstrip(b"\r\n")
-            if line and not line.isspace():  # (strip() would copy the line to know)
-                batch.append(line)
-                numbers.append(number)
-                if len(batch) >= BATCH:
-                    progress.advance(size)
-                    size = 0
-                    yield numbers, batch
-                    batch, numbers = [], []
-        progress.advance(size)
-        if batch:
+        if LINES is None:
+            yield from _by_line(stream, progress)
+        else:
+            yield from _by_block(stream, progress, block, LINES.take)
+
+
+def _by_line(stream: IO[bytes], progress: Progress) -> Iterator[tuple[list[int], list[bytes]]]:
+    batch: list[bytes] = []
+    numbers: list[int] = []
+    size = 0  # bytes read since the progress bar last moved (once a batch: it locks)
+    for number, line in enumerate(stream, 1):
+        size += len(line)
+        line = line.rstrip(b"\r\n")
+        if line and not line.isspace():  # (strip() would copy the line to know)
+            batch.append(line)
+            numbers.append(number)
+            if len(batch) >= BATCH:
+                progress.advance(size)
+                size = 0
+                yield numbers, batch
+                batch, numbers = [], []
+    progress.advance(size)
+    if batch:
+        yield numbers, batch
+
+
+def _by_block(stream: IO[bytes], progress: Progress, block: int,
+              take: Callable[..., tuple[int, int]]
+              ) -> Iterator[tuple[list[int], list[bytes]]]:
+    batch: list[bytes] = []
+    numbers: list[int] = []
+    rest, number, final = b"", 1, False
+    while not final:
+        chunk = stream.read(block)
+        progress.advance(len(chunk))
+        final = not chunk
+        data = rest + chunk if rest else chunk
+        pos = 0
+        while True:
+            pos, number = take(data, pos, number, batch, numbers, BATCH, final)
+            if len(batch) < BATCH:
+                break
             yield numbers, batch
+            batch, numbers = [], []
+        rest = data[pos:]
+    if batch:
+        yield numbers, batch
 
 
 def open_out(path: str) -> IO[str]:
