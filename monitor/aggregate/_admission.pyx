@@ -21,6 +21,8 @@ from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.math cimport copysign, floor, fmod
 from libc.string cimport memchr, memcmp
 
+from monitor.aggregate._slots cimport _of, _offset, _slot
+
 cdef extern from "Python.h":
     bint PyUnicode_IS_ASCII(object)
     void* PyUnicode_DATA(object)
@@ -35,7 +37,7 @@ import msgspec
 
 from monitor.aggregate.admission import CHUNK_TRACES, COMPONENTS_MAX, failed, future
 from monitor.aggregate.joins import TraceRef
-from monitor.ingest.contract import CONTENT_FIELDS, DECISIONS, Trace, to_json
+from monitor.ingest.contract import CONTENT_FIELDS, DECISIONS, Otel, Trace, to_json
 from monitor.ingest.parse import TRACE_PREFIX, Rejection, parse
 from monitor.ingest.parts import CACHE_MAX, CHECKS, REQUIREMENTS, SLICE, SYSTEM, WIRE, Unusual
 from monitor.ingest.rules import KNOWN_REASON_SET, OTEL_ID_CHARS, TRACE_ID_CHARS, problem
@@ -56,6 +58,23 @@ cdef Py_ssize_t _DECISION = _AT["decision"], _REASON = _AT["reason"], _OTEL = _A
 cdef Py_ssize_t _SLICE = _AT["slice"], _QUERY_TOKENS = _AT["query_tokens"]
 cdef Py_ssize_t _SIGNALS = _AT["signals"], _REQUIREMENTS = _AT["requirements"]
 cdef Py_ssize_t _CHECKS = _AT["checks"], _EVALS = _AT["evals"]
+# The same fields' slots, for `_fold_window`'s reads of a folded Trace (`_slots.pxd`).
+cdef Py_ssize_t T_SYSTEM = _offset(Trace, "system"), T_OTEL = _offset(Trace, "otel")
+cdef Py_ssize_t T_DECISION = _offset(Trace, "decision"), T_SIGNALS = _offset(Trace, "signals")
+cdef Py_ssize_t O_TRACE_ID = _offset(Otel, "trace_id")
+cdef dict _DECISION_CODES = {decision: code for code, decision in enumerate(DECISIONS)}
+
+
+def _check_slots():
+    """Each offset reads what getattr reads (as `_fold._check_slots` does for its own)."""
+    for cls, names in ((Trace, ("system", "otel", "decision", "signals")), (Otel, ("trace_id",))):
+        probe = cls(*[object() for _ in msgspec.structs.fields(cls)])
+        for name in names:
+            if _slot(probe, _offset(cls, name)) is not getattr(probe, name):
+                raise ImportError(f"{cls.__name__}.{name}: its slot is not where it says")
+
+
+_check_slots()
 # The identifier formats of `rules` as character tables (`rules.char_rule`), and its known
 # reason codes: what `_clear` vouches for without calling `rules.problem`. Formats of
 # another form (no table, or OpenTelemetry ids that differ in more than their length)
@@ -379,9 +398,9 @@ cdef void _fold_window(pipe, start, list items) except *:
     pipe.input["folded"] += m
     in_window = pipe.components.setdefault(start, {})
     for j in range(m):
-        release, system = (<tuple>slicings[j])[0], traces[j].system
+        release, system = (<tuple>slicings[j])[0], _slot(_of(traces[j], Trace), T_SYSTEM)
         found = PyDict_GetItem(latest, release)
-        if found != NULL and <object>found == system:
+        if found != NULL and (<object>found is system or <object>found == system):
             continue
         latest[release] = system
         seen_components = in_window.setdefault(release, set())
@@ -392,10 +411,10 @@ cdef void _fold_window(pipe, start, list items) except *:
     # cheaper than `admission.fold_chunk_python`'s (slicing, decision) and cell keys).
     width = len(_DECISIONS)
     for j in range(m - 1, -1, -1):
-        otel = traces[j].otel
-        if otel is None or not otel.trace_id:
+        otel = _slot(traces[j], T_OTEL)
+        if otel is None or not _slot(_of(otel, Otel), O_TRACE_ID):
             continue
-        code = _DECISIONS.index(traces[j].decision)
+        code = _DECISION_CODES[_slot(traces[j], T_DECISION)]
         for row in <tuple>rows[j]:
             k = row
             if k < 0:
@@ -410,6 +429,6 @@ cdef void _fold_window(pipe, start, list items) except *:
         exemplar = made.get(j)
         if exemplar is None:
             trace = traces[j]
-            exemplar = made[j] = (trace.otel.trace_id, exemplars[j][2],
-                                  trace.signals.get("top_score"))
+            exemplar = made[j] = (_slot(_slot(trace, T_OTEL), O_TRACE_ID), exemplars[j][2],
+                                  (<dict>_slot(trace, T_SIGNALS)).get("top_score"))
         cells[(keys[k // width], _DECISIONS[k % width])] = exemplar
