@@ -14,7 +14,6 @@ from typing import Any
 from monitor import memory
 from monitor.broker import BrokerNotInstalled
 from monitor.offline import analyze_args, replay
-from monitor.offline import terminal as render
 from monitor.offline.files import (
     InputError,
     batches,
@@ -22,6 +21,7 @@ from monitor.offline.files import (
     open_out,
     total_bytes,
 )
+from monitor.offline.progress import progress as progress_bar
 from monitor.settings import SettingsError, load
 from monitor.simulate import SCENARIOS, Simulator
 from monitor.worker.connection import ConnectionProblem, TopicProblem
@@ -254,7 +254,7 @@ def _produce(args: argparse.Namespace) -> int:
     asyncio.run(check_connection(settings))
     for change in create_missing(settings, topic):  # the worker provisions the rest
         print(f"ragmon: {change}", file=sys.stderr)
-    lines = (line for _, batch in batches(args.file, render.progress(False, None))
+    lines = (line for _, batch in batches(args.file, progress_bar(False, None))
              for line in batch)
     sent = produce(settings, topic, lines)
     print(f"produced {sent} messages to {topic}")
@@ -297,8 +297,8 @@ def _backtest(args: argparse.Namespace) -> int:
     rejected: list[str] = []  # --otlp: messages and assembled traces refused
     with ExitStack() as stack:
         out = stack.enter_context(open_out(args.out)) if args.out else sys.stdout
-        progress = render.progress(not args.no_progress and bool(args.out),
-                                   total_bytes(args.files))
+        progress = progress_bar(not args.no_progress and bool(args.out),
+                                total_bytes(args.files))
         stack.enter_context(progress)
 
         def emit(records: Iterator[dict[str, Any]]) -> None:
@@ -354,7 +354,8 @@ def _reference_action(args: argparse.Namespace, settings: Any, references: Any) 
             json.dump(found, sys.stdout, indent=2)
             sys.stdout.write("\n")
         else:
-            render.references(found)
+            from monitor.offline import terminal  # (rich: imported only to draw)
+            terminal.references(found)
     elif args.action == "freeze":
         print(references.freeze(settings, args.release, args.traces, args.from_ts,
                                 args.to_ts, args.out, not args.no_publish))

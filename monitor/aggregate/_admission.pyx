@@ -12,15 +12,13 @@ pure-Python pipeline end in the same state.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.datetime cimport (datetime_day, datetime_hour, datetime_microsecond,
-                               datetime_minute, datetime_month, datetime_second,
-                               datetime_tzinfo, datetime_year, import_datetime)
+from cpython.datetime cimport import_datetime
 from cpython.dict cimport PyDict_GetItem
 from cpython.ref cimport PyObject, Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
-from libc.math cimport copysign, floor, fmod
 from libc.string cimport memchr, memcmp
 
+from monitor.aggregate._clock cimport _floor_div, _seconds
 from monitor.aggregate._slots cimport _of, _offset, _slot
 
 cdef extern from "Python.h":
@@ -30,8 +28,6 @@ cdef extern from "Python.h":
     Py_hash_t _Py_HashBytes(const void*, Py_ssize_t)
 
 import_datetime()
-
-import datetime
 
 import msgspec
 
@@ -91,10 +87,6 @@ cdef Py_ssize_t _OTEL_SPAN_LEN = OTEL_ID_CHARS[1].low if _VOUCH else 0
 cdef frozenset _KNOWN = KNOWN_REASON_SET
 
 
-cdef object _UTC = datetime.timezone.utc
-cdef long long _EXACT_MICROSECONDS = 1LL << 53  # a double holds every integer below
-
-
 cdef class _Known:
     """One repeating part's values found by the hash of their bytes in the message, with
     no copy of them (`bytes(raw)`, hashed afresh, was ~6% of the replay's admission);
@@ -132,41 +124,6 @@ cdef class _Known:
 
 cdef _Known _SYSTEM_PART = _Known(SYSTEM), _SLICE_PART = _Known(SLICE)
 cdef _Known _REQUIREMENTS_PART = _Known(REQUIREMENTS), _CHECKS_PART = _Known(CHECKS)
-
-
-cdef double _seconds(ts) except? -1.0:
-    """`ts.timestamp()`, in C for a time in UTC (what the contract's `Z` decodes to): the
-    same double (microseconds since the epoch, divided by 10^6 and rounded once, as
-    `timedelta.total_seconds` does)."""
-    cdef long long y, m, era, yoe, doy, doe, days, micro
-    if datetime_tzinfo(ts) is not _UTC:
-        return ts.timestamp()
-    y, m = datetime_year(ts), datetime_month(ts)
-    y -= m <= 2  # days from the civil date (H. Hinnant's algorithm)
-    era = (y if y >= 0 else y - 399) // 400
-    yoe = y - era * 400
-    doy = (153 * (m - 3 if m > 2 else m + 9) + 2) // 5 + datetime_day(ts) - 1
-    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-    days = era * 146097 + doe - 719468
-    micro = ((days * 86400 + datetime_hour(ts) * 3600 + datetime_minute(ts) * 60
-              + datetime_second(ts)) * 1000000 + datetime_microsecond(ts))
-    if micro >= _EXACT_MICROSECONDS or micro <= -_EXACT_MICROSECONDS:
-        return ts.timestamp()
-    return <double>micro / 1e6
-
-
-cdef inline double _floor_div(double x, double y):
-    """`x // y` for floats, as CPython computes it (floatobject.c, `_float_div_mod`)."""
-    cdef double mod = fmod(x, y), div, whole
-    div = (x - mod) / y
-    if mod and (y < 0) != (mod < 0):
-        div -= 1.0
-    if div:
-        whole = floor(div)
-        if div - whole > 0.5:
-            whole += 1.0
-        return whole
-    return copysign(0.0, x / y)
 
 
 cdef object _clean(bytes raw, Py_ssize_t max_bytes):

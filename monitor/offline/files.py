@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import IO
 
 from monitor.ingest.native import load
-from monitor.offline.terminal import Progress
+from monitor.offline.progress import Progress
 
 __all__ = ["BATCH", "InputError", "batches", "check_readable", "open_bin", "open_out",
            "total_bytes"]
@@ -79,8 +79,11 @@ def _by_block(stream: IO[bytes], progress: Progress, block: int,
     batch: list[bytes] = []
     numbers: list[int] = []
     rest, number, final = b"", 1, False
+    # What is there, up to `block` (stdin may be a pipe kept open: `read` would wait
+    # for the whole block before cutting the lines already in).
+    read = getattr(stream, "read1", stream.read)
     while not final:
-        chunk = stream.read(block)
+        chunk = read(block)
         progress.advance(len(chunk))
         final = not chunk
         data = rest + chunk if rest else chunk

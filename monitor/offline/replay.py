@@ -20,7 +20,6 @@ from monitor.aggregate.derive import summarize
 from monitor.aggregate.pipeline import Pipeline
 from monitor.aggregate.table import TOTAL
 from monitor.ingest.parse import Rejection, payload_form
-from monitor.offline import terminal as render
 from monitor.offline.files import (
     BATCH,
     InputError,
@@ -29,6 +28,7 @@ from monitor.offline.files import (
     open_out,
     total_bytes,
 )
+from monitor.offline.progress import progress as progress_bar
 from monitor.settings import load
 
 __all__ = ["add_parser", "build"]
@@ -120,7 +120,7 @@ def _replay(args: argparse.Namespace) -> int:
     try:
         with ExitStack() as stack:
             dlq = stack.enter_context(open_out(args.dlq)) if args.dlq else None
-            progress = render.progress(not args.no_progress, total_bytes(paths))
+            progress = progress_bar(not args.no_progress, total_bytes(paths))
             stack.enter_context(progress)
             events: tuple[tuple[Literal["labels", "feedback"], list[str]], ...] = (
                 ("labels", args.labels), ("feedback", args.feedback))
@@ -165,7 +165,8 @@ def _replay(args: argparse.Namespace) -> int:
         json.dump(summary, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        render.summary(summary)
+        from monitor.offline import terminal  # (rich: imported only to draw)
+        terminal.summary(summary)
     return 0
 
 

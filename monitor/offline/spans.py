@@ -13,7 +13,7 @@ from monitor.ingest.otlp import NotOtlp
 from monitor.ingest.parse import payload_form
 from monitor.ingest.spans import Assembled, SpanIntake
 from monitor.offline.files import batches
-from monitor.offline.terminal import Progress
+from monitor.offline.progress import Progress
 
 __all__ = ["decision_batches", "summary_of"]
 

@@ -1,4 +1,5 @@
-"""Terminal output of the offline commands: a progress bar and the summary tables (rich)."""
+"""Terminal output of the offline commands: the summary tables (rich); the progress bars
+are `monitor/offline/progress.py`'s."""
 
 from __future__ import annotations
 
@@ -10,54 +11,12 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
-from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, TimeRemainingColumn
-from rich.progress import Progress as RichProgress
 from rich.table import Table
+
+from monitor.offline.progress import Progress, counter, progress
 
 __all__ = ["DemoView", "Progress", "calibration", "counter", "demo_banner", "demo_done",
            "progress", "summary"]
-
-
-class Progress:
-    """Bytes read so far; shown only on a terminal, a no-op elsewhere."""
-
-    def __init__(self, bar: RichProgress | None, total: int | None,
-                 description: str = "reading") -> None:
-        self._bar = bar
-        self._task = bar.add_task(description, total=total) if bar is not None else None
-
-    def advance(self, n: int) -> None:
-        if self._bar is not None and self._task is not None:
-            self._bar.advance(self._task, n)
-
-    def __enter__(self) -> Progress:
-        if self._bar is not None:
-            self._bar.start()
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-
-
-def progress(enabled: bool, total_bytes: int | None) -> Progress:
-    if not (enabled and sys.stderr.isatty()):
-        return Progress(None, None)
-    console = Console(stderr=True)
-    bar = RichProgress("[progress.description]{task.description}", BarColumn(),
-                       DownloadColumn(), TimeRemainingColumn(), console=console, transient=True)
-    return Progress(bar, total_bytes)
-
-
-def counter(enabled: bool, total: int, description: str) -> Progress:
-    """A bar counting `total` steps (e.g. bootstrap resamples); terminal only."""
-    if not (enabled and sys.stderr.isatty()):
-        return Progress(None, None)
-    bar = RichProgress("[progress.description]{task.description}", BarColumn(),
-                       MofNCompleteColumn(), TimeRemainingColumn(),
-                       console=Console(stderr=True), transient=True)
-    return Progress(bar, total, description)
 
 
 def _pct(value: float | None) -> str:

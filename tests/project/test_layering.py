@@ -41,7 +41,7 @@ THIRD_PARTY_HOMES = {
     "aiokafka": {"worker.topics", "worker.reference_sync", "worker.produce", "worker.assignor"},
     "scipy": {"detect.detectors", "detect.shares"}, "pydantic": {"settings"},
     "pydantic_settings": {"settings"},
-    "rich": {"offline.terminal"}, "matplotlib": {"offline.plots"},
+    "rich": {"offline.terminal", "offline.progress"}, "matplotlib": {"offline.plots"},
     "yaml": {"offline.analyze", "settings_files", "export.webconfig"},
     "bcrypt": {"export.auth"},
 }
