@@ -19,13 +19,13 @@ from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.string cimport memchr, memcmp
 
 from monitor.aggregate._clock cimport _floor_div, _seconds
+from monitor.aggregate._digest cimport _digest
 from monitor.aggregate._slots cimport _of, _offset, _slot
 
 cdef extern from "Python.h":
     bint PyUnicode_IS_ASCII(object)
     void* PyUnicode_DATA(object)
     Py_ssize_t PyUnicode_GET_LENGTH(object)
-    Py_hash_t _Py_HashBytes(const void*, Py_ssize_t)
 
 import_datetime()
 
@@ -106,7 +106,7 @@ cdef class _Known:
         cdef bytes known
         PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE)
         try:
-            digest = _Py_HashBytes(view.buf, view.len)
+            digest = _digest(<const unsigned char*>view.buf, view.len)
             found = PyDict_GetItem(self.by_hash, digest)
             if found != NULL:
                 known = <bytes>(<tuple><object>found)[0]

@@ -13,6 +13,11 @@ from cpython.ref cimport PyObject
 from libc.stdlib cimport free, realloc
 from libc.string cimport memset
 
+cdef extern from "Python.h":
+    PyObject* _PyDict_GetItem_KnownHash(object, object, Py_hash_t) except? NULL
+    int _PyDict_SetItem_KnownHash(object, object, object, Py_hash_t) except -1
+    Py_hash_t PyObject_Hash(object) except -1
+
 from monitor.aggregate._slots cimport _of, _offset, _slot
 
 from monitor.aggregate.table import TOTAL
@@ -359,9 +364,11 @@ def row_tuples(table, list slicings):
     cdef list rows = [None] * n, new
     cdef PyObject* found
     allocate = table.row
+    cdef Py_hash_t known
     for i in range(n):
         key = slicings[i]
-        found = PyDict_GetItem(cache, key)
+        known = PyObject_Hash(key)  # once: a slicing's nested tuples are hashed afresh
+        found = _PyDict_GetItem_KnownHash(cache, key, known)
         if found != NULL:
             rows[i] = <object>found
             continue
@@ -370,7 +377,8 @@ def row_tuples(table, list slicings):
         for dimension, value in pairs:
             new.append(_row(index, allocate, (release, dimension, value)))
         new.extend([-1] * (width - len(new)))
-        rows[i] = cache[key] = tuple(new)
+        rows[i] = tuple(new)
+        _PyDict_SetItem_KnownHash(cache, key, rows[i], known)
     return rows
 
 
