@@ -78,7 +78,10 @@ def _by_block(stream: IO[bytes], progress: Progress, block: int,
               ) -> Iterator[tuple[list[int], list[bytes]]]:
     batch: list[bytes] = []
     numbers: list[int] = []
-    rest, number, final = b"", 1, False
+    number, final = 1, False
+    # The start of a line not ended yet, in pieces: joined once its end is read (a line
+    # longer than many blocks is copied once, not once a block).
+    parts: list[bytes] = []
     # What is there, up to `block` (stdin may be a pipe kept open: `read` would wait
     # for the whole block before cutting the lines already in).
     read = getattr(stream, "read1", stream.read)
@@ -86,7 +89,10 @@ def _by_block(stream: IO[bytes], progress: Progress, block: int,
         chunk = read(block)
         progress.advance(len(chunk))
         final = not chunk
-        data = rest + chunk if rest else chunk
+        if not final and b"\n" not in chunk:
+            parts.append(chunk)
+            continue
+        data = b"".join([*parts, chunk]) if parts else chunk
         pos = 0
         while True:
             pos, number = take(data, pos, number, batch, numbers, BATCH, final)
@@ -94,7 +100,7 @@ def _by_block(stream: IO[bytes], progress: Progress, block: int,
                 break
             yield numbers, batch
             batch, numbers = [], []
-        rest = data[pos:]
+        parts = [data[pos:]] if pos < len(data) else []
     if batch:
         yield numbers, batch
 

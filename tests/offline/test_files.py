@@ -48,6 +48,13 @@ def test_batches_of_a_thousand_lines_across_blocks(block):
 
 
 @needs_build
+def test_a_line_longer_than_many_blocks():
+    data = b'{"a":1}\n' + b"x" * 10_000 + b"\r\n\n" + b"y" * 5_000
+    assert _by_block(data, 7) == _by_line(data) == [([1, 2, 4], [b'{"a":1}', b"x" * 10_000,
+                                                                  b"y" * 5_000])]
+
+
+@needs_build
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from([b"{}", b"a", b" ", b"\t", b"\r", b"\n", b"\x0b", b"\xff",
                                  b"\r\n", b"\n\n"]), max_size=60),
