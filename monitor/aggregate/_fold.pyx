@@ -157,7 +157,7 @@ cdef class Tally:
     versions, missing requirement ids) over its traces' cells, and a dict update per
     trace and cell cost a fifth of the fold."""
 
-    cdef dict slots
+    cdef dict slots            # kind -> name -> slot (no (kind, name) tuple per add)
     cdef list names
     cdef long long* cells
     cdef Py_ssize_t width, capacity
@@ -176,8 +176,10 @@ cdef class Tally:
         cdef Py_ssize_t slot, grown
         cdef int r
         cdef long long* more
-        key = (kind, name)
-        found = self.slots.get(key)
+        of_kind = self.slots.get(kind)
+        if of_kind is None:
+            of_kind = self.slots[kind] = {}
+        found = (<dict>of_kind).get(name)
         if found is None:
             slot = len(self.names)
             if slot == self.capacity:
@@ -189,8 +191,8 @@ cdef class Tally:
                        (grown - self.capacity) * self.width * sizeof(long long))
                 self.cells = more
                 self.capacity = grown
-            self.slots[key] = slot
-            self.names.append(key)
+            of_kind[name] = slot
+            self.names.append((kind, name))
         else:
             slot = found
         cdef long long* counts = self.cells + slot * self.width
