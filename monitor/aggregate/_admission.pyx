@@ -15,7 +15,7 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.datetime cimport import_datetime
 from cpython.dict cimport PyDict_GetItem
 from cpython.ref cimport PyObject, Py_INCREF
-from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM, PyTuple_SetItem
 from libc.string cimport memchr, memcmp
 
 from monitor.aggregate._clock cimport _floor_div, _seconds
@@ -126,33 +126,40 @@ cdef _Known _SYSTEM_PART = _Known(SYSTEM), _SLICE_PART = _Known(SLICE)
 cdef _Known _REQUIREMENTS_PART = _Known(REQUIREMENTS), _CHECKS_PART = _Known(CHECKS)
 
 
+cdef inline void _put(tuple fresh, Py_ssize_t i, value) except *:
+    """Replace item `i` of a tuple only this code holds (PyTuple_SetItem takes a reference
+    to `value` and releases the old item; it refuses a tuple held anywhere else)."""
+    Py_INCREF(value)
+    PyTuple_SetItem(fresh, i, value)
+
+
 cdef object _clean(bytes raw, Py_ssize_t max_bytes):
     """The trace and its fields (a tuple, in `Trace`'s order: reading a Struct's
     attributes one by one cost ~8% of the replay) of a message `ingest.parse` would
     accept as is, else None."""
     cdef Py_ssize_t n = len(raw)
-    cdef list fields
+    cdef tuple values
     # A backslash (escapes) or a DEL byte (a control character JSON lets be raw): parse's
     # slow path decides, as `ingest.parse` routes them.
     if (n > max_bytes or memchr(<const char*>raw, 92, n) != NULL
             or memchr(<const char*>raw, 127, n) != NULL or not raw.startswith(_PREFIX)):
         return None
     try:
-        # parts.decode_trace, with the parts' cache lookups in C.
-        fields = list(_ASTUPLE(_WIRE.decode(raw)))
-        fields[_SYSTEM] = _SYSTEM_PART.get(fields[_SYSTEM])
-        fields[_SLICE] = _SLICE_PART.get(fields[_SLICE])
-        fields[_REQUIREMENTS] = _REQUIREMENTS_PART.get(fields[_REQUIREMENTS])
-        fields[_CHECKS] = _CHECKS_PART.get(fields[_CHECKS])
+        # parts.decode_trace, with the parts' cache lookups in C, in the decoded fields'
+        # own new tuple (no list and second tuple to copy them through).
+        values = _ASTUPLE(_WIRE.decode(raw))
+        _put(values, _SYSTEM, _SYSTEM_PART.get(values[_SYSTEM]))
+        _put(values, _SLICE, _SLICE_PART.get(values[_SLICE]))
+        _put(values, _REQUIREMENTS, _REQUIREMENTS_PART.get(values[_REQUIREMENTS]))
+        _put(values, _CHECKS, _CHECKS_PART.get(values[_CHECKS]))
     except _DECODE_ERRORS:
         return None
-    maps = fields[_SIGNALS]  # (a slice with a content key never leaves `_part`)
+    maps = values[_SIGNALS]  # (a slice with a content key never leaves `_part`)
     if maps and not _CONTENT.isdisjoint(maps):
         return None
-    maps = fields[_EVALS]
+    maps = values[_EVALS]
     if maps and not _CONTENT.isdisjoint(maps):
         return None
-    values = tuple(fields)
     trace = Trace(*values)
     if not _clear(values) and _PROBLEM(trace) is not None:
         return None
