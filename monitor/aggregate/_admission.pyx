@@ -11,15 +11,15 @@ computed by `Slicer.keys`, label joins by `Joiner.on_trace`. `fold_chunk` is
 pure-Python pipeline end in the same state.
 """
 
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.datetime cimport import_datetime
 from cpython.dict cimport PyDict_GetItem
 from cpython.ref cimport PyObject, Py_INCREF
-from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM, PyTuple_SetItem
-from libc.string cimport memchr, memcmp
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from libc.stdlib cimport free, malloc
+from libc.string cimport memchr, memset
 
 from monitor.aggregate._clock cimport _floor_div, _seconds
-from monitor.aggregate._digest cimport _digest
+from monitor.aggregate._parts cimport _Known, _put
 from monitor.aggregate._slots cimport _of, _offset, _slot
 
 cdef extern from "Python.h":
@@ -35,7 +35,7 @@ from monitor.aggregate.admission import CHUNK_TRACES, COMPONENTS_MAX, failed, fu
 from monitor.aggregate.joins import TraceRef
 from monitor.ingest.contract import CONTENT_FIELDS, DECISIONS, Otel, Trace, to_json
 from monitor.ingest.parse import TRACE_PREFIX, Rejection, parse
-from monitor.ingest.parts import CACHE_MAX, CHECKS, REQUIREMENTS, SLICE, SYSTEM, WIRE, Unusual
+from monitor.ingest.parts import CHECKS, REQUIREMENTS, SLICE, SYSTEM, WIRE, Unusual
 from monitor.ingest.rules import KNOWN_REASON_SET, OTEL_ID_CHARS, TRACE_ID_CHARS, problem
 from monitor.ingest.slices import query_length
 
@@ -87,50 +87,8 @@ cdef Py_ssize_t _OTEL_SPAN_LEN = OTEL_ID_CHARS[1].low if _VOUCH else 0
 cdef frozenset _KNOWN = KNOWN_REASON_SET
 
 
-cdef class _Known:
-    """One repeating part's values found by the hash of their bytes in the message, with
-    no copy of them (`bytes(raw)`, hashed afresh, was ~6% of the replay's admission);
-    the bytes are kept to compare. A part not found is decoded by the part itself
-    (`parts._Part`: its cache, its checks, `Unusual` where it does not vouch)."""
-
-    cdef dict by_hash
-    cdef object part
-
-    def __init__(self, part):
-        self.by_hash = {}
-        self.part = part
-
-    cdef object get(self, raw):
-        cdef Py_buffer view
-        cdef PyObject* found
-        cdef bytes known
-        PyObject_GetBuffer(raw, &view, PyBUF_SIMPLE)
-        try:
-            digest = _digest(<const unsigned char*>view.buf, view.len)
-            found = PyDict_GetItem(self.by_hash, digest)
-            if found != NULL:
-                known = <bytes>(<tuple><object>found)[0]
-                if (len(known) == view.len
-                        and memcmp(<const char*>known, view.buf, view.len) == 0):
-                    return (<tuple><object>found)[1]
-        finally:
-            PyBuffer_Release(&view)
-        value = self.part(raw)
-        if len(self.by_hash) >= CACHE_MAX:
-            self.by_hash.clear()
-        self.by_hash[digest] = (bytes(raw), value)
-        return value
-
-
 cdef _Known _SYSTEM_PART = _Known(SYSTEM), _SLICE_PART = _Known(SLICE)
 cdef _Known _REQUIREMENTS_PART = _Known(REQUIREMENTS), _CHECKS_PART = _Known(CHECKS)
-
-
-cdef inline void _put(tuple fresh, Py_ssize_t i, value) except *:
-    """Replace item `i` of a tuple only this code holds (PyTuple_SetItem takes a reference
-    to `value` and releases the old item; it refuses a tuple held anywhere else)."""
-    Py_INCREF(value)
-    PyTuple_SetItem(fresh, i, value)
 
 
 cdef object _clean(bytes raw, Py_ssize_t max_bytes):
@@ -345,10 +303,12 @@ def fold_chunk(pipe, list chunk):
 
 
 cdef void _fold_window(pipe, start, list items) except *:
-    cdef Py_ssize_t j, m = len(items), k, width, code
+    cdef Py_ssize_t i, j, m = len(items), k, width, code, size, count = 0
+    cdef Py_ssize_t* newest
+    cdef Py_ssize_t* found_at
     cdef list traces = [None] * m, slicings = [None] * m, exemplars = [None] * m
     cdef list rows
-    cdef dict latest = {}, newest = {}, made
+    cdef dict latest = {}, made
     cdef dict in_window
     cdef PyObject* found
     for j in range(m):
@@ -371,28 +331,43 @@ cdef void _fold_window(pipe, start, list items) except *:
         if len(seen_components) < COMPONENTS_MAX:
             seen_components.add(system.components())
     # OpenTelemetry exemplars: the newest traced trace per (cell, decision) of the chunk,
-    # found newest first by the cells' rows (a row and a decision's code as one int key:
-    # cheaper than `admission.fold_chunk_python`'s (slicing, decision) and cell keys).
+    # found newest first by the cells' rows (a row and a decision's code as one index
+    # into a C array: cheaper than `admission.fold_chunk_python`'s (slicing, decision)
+    # and cell keys, or a dict of ints), written in the order found.
     width = len(_DECISIONS)
-    for j in range(m - 1, -1, -1):
-        otel = _slot(traces[j], T_OTEL)
-        if otel is None or not _slot(_of(otel, Otel), O_TRACE_ID):
-            continue
-        code = _DECISION_CODES[_slot(traces[j], T_DECISION)]
-        for row in <tuple>rows[j]:
-            k = row
-            if k < 0:
-                break
-            k = k * width + code
-            if k not in newest:
-                newest[k] = j
-    if not newest:
-        return
-    keys, cells, made = table.keys, pipe.exemplars, {}
-    for k, j in newest.items():
-        exemplar = made.get(j)
-        if exemplar is None:
-            trace = traces[j]
-            exemplar = made[j] = (_slot(_slot(trace, T_OTEL), O_TRACE_ID), exemplars[j][2],
-                                  (<dict>_slot(trace, T_SIGNALS)).get("top_score"))
-        cells[(keys[k // width], _DECISIONS[k % width])] = exemplar
+    size = len(table) * width
+    newest = <Py_ssize_t*>malloc(size * sizeof(Py_ssize_t))
+    found_at = <Py_ssize_t*>malloc(m * len(<tuple>rows[0]) * sizeof(Py_ssize_t)) if m else NULL
+    if newest == NULL or (m and found_at == NULL):
+        free(newest)
+        free(found_at)
+        raise MemoryError()
+    try:
+        memset(newest, 0xff, size * sizeof(Py_ssize_t))  # -1: not found yet
+        for j in range(m - 1, -1, -1):
+            otel = _slot(traces[j], T_OTEL)
+            if otel is None or not _slot(_of(otel, Otel), O_TRACE_ID):
+                continue
+            code = _DECISION_CODES[_slot(traces[j], T_DECISION)]
+            for row in <tuple>rows[j]:
+                k = row
+                if k < 0:
+                    break
+                k = k * width + code
+                if newest[k] < 0:
+                    newest[k] = j
+                    found_at[count] = k
+                    count += 1
+        keys, cells, made = table.keys, pipe.exemplars, {}
+        for i in range(count):
+            k = found_at[i]
+            j = newest[k]
+            exemplar = made.get(j)
+            if exemplar is None:
+                trace = traces[j]
+                exemplar = made[j] = (_slot(_slot(trace, T_OTEL), O_TRACE_ID), exemplars[j][2],
+                                      (<dict>_slot(trace, T_SIGNALS)).get("top_score"))
+            cells[(keys[k // width], _DECISIONS[k % width])] = exemplar
+    finally:
+        free(newest)
+        free(found_at)
