@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from difflib import get_close_matches
 from pathlib import Path
-from typing import Any
+from typing import Any, get_origin
 
 import yaml
+from pydantic import AliasChoices
+from pydantic.fields import FieldInfo
 
 from monitor.ingest.contract import KNOWN_REASONS
 
-__all__ = ["OTHER_VARIABLES", "SECRETS", "SettingsError", "problem", "read_file", "read_secret",
-           "warnings_of", "yaml_problem"]
+__all__ = ["OTHER_VARIABLES", "SECRETS", "NoDecode", "SettingsError", "environment_values",
+           "problem", "read_file", "read_secret", "warnings_of", "yaml_problem"]
 
 
 # The settings whose values are never shown (each may also come from `<name>_file`).
@@ -24,6 +26,36 @@ SECRETS = ("sasl_password", "ssl_password")
 
 class SettingsError(ValueError):
     """Configuration that cannot work; the message names the setting and its value."""
+
+
+class NoDecode:
+    """Marks a setting whose environment value is not JSON (`a,b,c`, split by its validator)."""
+
+
+def environment_values(fields: Mapping[str, FieldInfo], environ: Mapping[str, str]
+                       ) -> dict[str, Any]:
+    """The settings `environ` gives, by the name the model takes each under:
+    `RAGMON_<NAME>` in any case, or the names of a field's `AliasChoices`; maps and lists
+    as JSON unless `NoDecode` (a value that is not JSON is a `SettingsError` naming it)."""
+    env = {name.lower(): value for name, value in environ.items()}
+    found: dict[str, Any] = {}
+    for name, field in fields.items():
+        alias = field.validation_alias
+        names = ([choice.lower() for choice in alias.choices if isinstance(choice, str)]
+                 if isinstance(alias, AliasChoices) else [f"ragmon_{name}"])
+        present = [env_name for env_name in names if env_name in env]
+        if not present:
+            continue
+        value: Any = env[present[0]]
+        if (get_origin(field.annotation) in (dict, list, tuple, set, frozenset)
+                and NoDecode not in field.metadata):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise SettingsError(f"invalid ragmon settings: {present[0].upper()}={value!r} "
+                                    f"is not JSON (setting {name})") from None
+        found[names[0] if isinstance(alias, AliasChoices) else name] = value
+    return found
 
 
 # RAGMON_* variables that are not settings: read where they bite.

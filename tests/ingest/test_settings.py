@@ -126,3 +126,21 @@ def test_a_settings_file_that_is_not_yaml_is_one_line_without_the_line_it_quotes
     message = str(error.value)
     assert "line 2" in message and "\n" not in message
     assert SECRET not in message
+
+
+def test_the_environment_in_any_case_under_the_values_given(monkeypatch, tmp_path):
+    """What pydantic-settings did for us before `settings_files.environment_values`."""
+    monkeypatch.setenv("ragmon_window_seconds", "30")  # any case
+    monkeypatch.setenv("RAGMON_SIGNALS", '{"latency_like": {"lo": 0, "hi": 20}}')  # a map: JSON
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")  # a setting's alias, no prefix
+    settings = load()
+    assert settings.window_seconds == 30 and settings.otel_traces_exporter == "otlp"
+    assert (settings.signals["latency_like"].lo, settings.signals["latency_like"].hi) == (0, 20)
+    path = tmp_path / "s.toml"
+    path.write_text("window_seconds = 45\n")
+    assert load(path).window_seconds == 45  # a file's value wins over the environment
+    assert load(path, window_seconds=15).window_seconds == 15  # and an override over both
+    monkeypatch.setenv("RAGMON_SIGNALS", "{not json")
+    with pytest.raises(SettingsError, match=r"RAGMON_SIGNALS='\{not json' is not JSON "
+                                            r"\(setting signals\)"):
+        load()
