@@ -1,5 +1,6 @@
-"""Reading what settings come from: settings files, secrets' files, and the environment's
-variables that are probably typos. No settings model here (`monitor/settings.py` holds it)."""
+"""Reading what settings come from: settings files, secrets' files, the environment's
+values (`environment_values`) and its variables that are probably typos. No settings
+model here (`monitor/settings.py` holds it)."""
 
 from __future__ import annotations
 
