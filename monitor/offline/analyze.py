@@ -25,6 +25,7 @@ from monitor.offline.compare import compare
 from monitor.offline.files import InputError, batches, check_readable, open_bin, open_out
 from monitor.offline.frame import Frame, Loaded, load
 from monitor.offline.gate import Costs, Rules, evaluate, recommend, replay, split
+from monitor.offline.progress import Progress, counter
 from monitor.settings import load as load_settings
 
 __all__ = ["calibrate", "report"]
@@ -47,7 +48,7 @@ def report(args: argparse.Namespace) -> int:
     adjust = None if adjust == "none" else adjust
     if adjust is not None and adjust not in frame.slices:
         raise InputError(f"--adjust-by {adjust!r} is not a slice dimension: {sorted(frame.slices)}")
-    bar = render.counter(not args.no_progress, 2 * args.bootstrap, "bootstrapping")
+    bar = counter(not args.no_progress, 2 * args.bootstrap, "bootstrapping")
     with bar:
         result = compare(frame, args.baseline, args.candidate, cluster_field=args.cluster_field,
                          resamples=args.bootstrap, seed=args.seed, adjust_by=adjust,
@@ -119,7 +120,7 @@ def calibrate(args: argparse.Namespace) -> int:
 
 def _load(files: list[str], labels: list[str], dimensions: tuple[str, ...]) -> Loaded:
     check_readable([*files, *labels])
-    progress = render.Progress(None, None)
+    progress = Progress(None, None)
 
     def lines(paths: list[str]) -> Iterator[bytes]:
         for path in paths:

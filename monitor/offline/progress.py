@@ -41,25 +41,22 @@ class Progress:
 
 
 def progress(enabled: bool, total_bytes: int | None) -> Progress:
-    if not (enabled and sys.stderr.isatty()):
-        return Progress(None, None)
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, TimeRemainingColumn
-    from rich.progress import Progress as RichProgress
-    console = Console(stderr=True)
-    bar = RichProgress("[progress.description]{task.description}", BarColumn(),
-                       DownloadColumn(), TimeRemainingColumn(), console=console, transient=True)
-    return Progress(bar, total_bytes)
+    """A bar of bytes read; terminal only."""
+    return _drawn(enabled, "DownloadColumn", total_bytes, "reading")
 
 
 def counter(enabled: bool, total: int, description: str) -> Progress:
     """A bar counting `total` steps (e.g. bootstrap resamples); terminal only."""
+    return _drawn(enabled, "MofNCompleteColumn", total, description)
+
+
+def _drawn(enabled: bool, done: str, total: int | None, description: str) -> Progress:
+    """A rich bar whose `done` column (a `rich.progress` column's name) says how far."""
     if not (enabled and sys.stderr.isatty()):
         return Progress(None, None)
+    from rich import progress as bars
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, TimeRemainingColumn
-    from rich.progress import Progress as RichProgress
-    bar = RichProgress("[progress.description]{task.description}", BarColumn(),
-                       MofNCompleteColumn(), TimeRemainingColumn(),
-                       console=Console(stderr=True), transient=True)
+    bar = bars.Progress("[progress.description]{task.description}", bars.BarColumn(),
+                        getattr(bars, done)(), bars.TimeRemainingColumn(),
+                        console=Console(stderr=True), transient=True)
     return Progress(bar, total, description)

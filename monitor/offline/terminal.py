@@ -13,10 +13,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from monitor.offline.progress import Progress, counter, progress
-
-__all__ = ["DemoView", "Progress", "calibration", "counter", "demo_banner", "demo_done",
-           "progress", "summary"]
+__all__ = ["DemoView", "calibration", "demo_banner", "demo_done", "summary"]
 
 
 def _pct(value: float | None) -> str:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitor.offline import files
-from monitor.offline.terminal import Progress
+from monitor.offline.progress import Progress
 
 needs_build = pytest.mark.skipif(files.LINES is None, reason="monitor.offline._lines not built")
 
