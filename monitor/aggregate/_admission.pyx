@@ -20,7 +20,7 @@ from libc.string cimport memchr, memset
 
 from monitor.aggregate._clock cimport _floor_div, _seconds
 from monitor.aggregate._parts cimport _Known, _put
-from monitor.aggregate._slots cimport _of, _offset, _slot
+from monitor.aggregate._slots cimport _check_slots, _of, _offset, _slot
 
 cdef extern from "Python.h":
     bint PyUnicode_IS_ASCII(object)
@@ -61,16 +61,7 @@ cdef Py_ssize_t O_TRACE_ID = _offset(Otel, "trace_id")
 cdef dict _DECISION_CODES = {decision: code for code, decision in enumerate(DECISIONS)}
 
 
-def _check_slots():
-    """Each offset reads what getattr reads (as `_fold._check_slots` does for its own)."""
-    for cls, names in ((Trace, ("system", "otel", "decision", "signals")), (Otel, ("trace_id",))):
-        probe = cls(*[object() for _ in msgspec.structs.fields(cls)])
-        for name in names:
-            if _slot(probe, _offset(cls, name)) is not getattr(probe, name):
-                raise ImportError(f"{cls.__name__}.{name}: its slot is not where it says")
-
-
-_check_slots()
+_check_slots((Trace, Otel))
 # The identifier formats of `rules` as character tables (`rules.char_rule`), and its known
 # reason codes: what `_clear` vouches for without calling `rules.problem`. Formats of
 # another form (no table, or OpenTelemetry ids that differ in more than their length)

@@ -18,7 +18,7 @@ cdef extern from "Python.h":
     int _PyDict_SetItem_KnownHash(object, object, object, Py_hash_t) except -1
     Py_hash_t PyObject_Hash(object) except -1
 
-from monitor.aggregate._slots cimport _of, _offset, _slot
+from monitor.aggregate._slots cimport _check_slots, _of, _offset, _slot
 
 from monitor.aggregate.table import TOTAL
 from monitor.ingest.contract import DECISIONS, IMPORTANCES, SELF_CHECKS, VERDICTS
@@ -46,19 +46,7 @@ cdef Py_ssize_t U_OUTPUT = _offset(Usage, "output_tokens")
 cdef Py_ssize_t U_CALLS = _offset(Usage, "model_calls")
 
 
-def _check_slots():
-    """Every offset reads what getattr reads, on an instance with a distinct value per
-    field (a Struct's constructor does not check types: decoding does)."""
-    import msgspec
-    for cls in (Trace, Claim, Requirements, Check, Usage):
-        names = [field.name for field in msgspec.structs.fields(cls)]
-        probe = cls(*[object() for _ in names])
-        for name in names:
-            if _slot(probe, _offset(cls, name)) is not getattr(probe, name):
-                raise ImportError(f"{cls.__name__}.{name}: its slot is not where it says")
-
-
-_check_slots()
+_check_slots((Trace, Claim, Requirements, Check, Usage))
 
 cdef class Hist:
     """One histogram of the layout: bins at `offset`, count, sum and sum of squares."""
