@@ -146,6 +146,26 @@ def genai_app(requests: int, seed: int = 2,
     return list(exporter.get_finished_spans()), decided
 
 
+def spread(spans: Sequence[ReadableSpan], seconds: float) -> list[ReadableSpan]:
+    """The same spans, the k-th trace to end moved `k * seconds` later (the apps run their
+    requests within milliseconds; live traffic comes over minutes). Rebuilt through the
+    SDK's public `ReadableSpan`, times only changed."""
+    ends: dict[int, int] = {}
+    for span in spans:
+        trace = span.context.trace_id
+        ends[trace] = max(ends.get(trace, 0), span.end_time or 0)
+    order = {trace: k for k, trace in enumerate(sorted(ends, key=ends.__getitem__))}
+    out = []
+    for span in spans:
+        shift = int(order[span.context.trace_id] * seconds * 1e9)
+        out.append(ReadableSpan(
+            span.name, span.context, span.parent, span.resource, span.attributes, span.events,
+            span.links, span.kind, status=span.status, start_time=(span.start_time or 0) + shift,
+            end_time=(span.end_time or 0) + shift,
+            instrumentation_scope=span.instrumentation_scope))
+    return out
+
+
 def messages(spans: Sequence[ReadableSpan], encoding: str, per_message: int,
              seed: int = 3) -> list[bytes]:
     """The spans in export batches of `per_message` after a shuffle (so one trace's spans

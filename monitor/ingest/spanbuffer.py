@@ -9,6 +9,16 @@ a later one, e.g. the worker's while its input is quiet). So a backlog read hour
 assembles exactly as it would have live, and a replay of the same spans gives the same
 decisions.
 
+A buffer fed through the spans topic (`monitor/worker/spans.py`) gets its spans from
+every partition of `otlp_topic`, read at their own paces: in a backlog one partition may
+be read minutes of span time ahead of another, and its spans alone would move the clock
+past traces whose other spans wait unread in the slower one. So its forwarders send
+`Marks` with its spans: for each OTLP partition, the newest span end forwarded and
+whether it is read to its end. Such a buffer judges traces by its clock held back to the
+slowest partition not read to its end (a watermark): nothing is taken, nor timed out,
+while a partition that may still hold its spans is behind, until every partition has
+been heard of.
+
 Bounded: at most `max_traces` traces wait (beyond that the oldest incomplete one is
 evicted, counted; a complete one is never evicted, it is taken before its grace)
 and at most `max_spans` spans are kept per trace (more are counted, not kept). A
@@ -28,7 +38,7 @@ import msgspec
 
 from monitor.ingest.otlp import Fragment, Span
 
-__all__ = ["SPAN_OUTCOMES", "TRACE_OUTCOMES", "Ready", "SpanBuffer"]
+__all__ = ["SPAN_OUTCOMES", "TRACE_OUTCOMES", "Marks", "Ready", "SpanBuffer"]
 
 TRACE_OUTCOMES: Final = ("assembled", "incomplete", "no_decision", "rejected", "evicted")
 SPAN_OUTCOMES: Final = ("read", "kept", "duplicate", "late", "over_limit")
@@ -44,11 +54,22 @@ class Pending(msgspec.Struct, array_like=True, gc=False):
     decision_source: tuple[str, int, int] | None = None  # the message of its decision span
 
 
+class Marks(msgspec.Struct, array_like=True, gc=False):
+    """What a forwarder says of the OTLP partitions it reads, after forwarding a batch:
+    the topic's partition count, and for each partition it reads, the newest span end it
+    has forwarded from it (unix ns; 0 before any) and whether it has read it to its end."""
+
+    partitions: int
+    read: list[tuple[int, int, bool]]
+
+
 class _State(msgspec.Struct, array_like=True):
     clock: float
     pending: dict[str, Pending]
     done: dict[str, float]
     counts: dict[str, int]
+    sources: int = 0                                  # partitions of otlp_topic (Marks)
+    marks: dict[int, tuple[float, bool]] = {}         # partition -> newest (s), at end
 
 
 class Ready(NamedTuple):
@@ -73,6 +94,8 @@ class SpanBuffer:
         self.max_traces = max_traces
         self.max_spans = max_spans
         self.clock = float("-inf")
+        self.sources = 0                        # 0: no marks (one source, read in order)
+        self.marks: dict[int, tuple[float, bool]] = {}
         self.pending: dict[str, Pending] = {}   # oldest first
         self.done: dict[str, float] = {}        # taken recently: trace id -> clock
         self.counts: Counter[str] = Counter(
@@ -131,12 +154,30 @@ class SpanBuffer:
             count["traces_evicted"] += 1
         return evicted
 
+    def mark(self, marks: Marks) -> None:
+        """Take a forwarder's marks (after the fragments they came with)."""
+        self.sources = max(self.sources, marks.partitions)
+        for partition, newest_ns, at_end in marks.read:
+            newest = newest_ns / 1e9 if newest_ns else float("-inf")
+            before = self.marks.get(partition)
+            self.marks[partition] = (max(newest, before[0]) if before else newest, at_end)
+
+    def now(self) -> float:
+        """The clock traces are judged by: the buffer's, held back to the slowest OTLP
+        partition not read to its end (none taken before every partition is heard of)."""
+        if not self.sources:
+            return self.clock
+        if any(partition not in self.marks for partition in range(self.sources)):
+            return float("-inf")
+        behind = [newest for newest, at_end in self.marks.values() if not at_end]
+        return min(self.clock, *behind) if behind else self.clock
+
     def due(self, clock: float | None = None, final: bool = False) -> list[Ready]:
         """Take the traces ready at `clock` (the buffer's own when later), or every trace
         (`final`, at the end of a file): complete ones first, then timed out ones."""
         if clock is not None and clock > self.clock:
             self.clock = clock
-        now = self.clock
+        now = self.now()
         taken, self._early = self._early, []
         soonest = self._soonest
         while soonest and (final or soonest[0][0] + self.grace <= now):
@@ -169,13 +210,15 @@ class SpanBuffer:
         return Ready(trace_id, pending.spans, complete, pending.decision_source)
 
     def to_bytes(self) -> bytes:
-        state = _State(self.clock, self.pending, self.done, dict(self.counts))
+        state = _State(self.clock, self.pending, self.done, dict(self.counts), self.sources,
+                       self.marks)
         return bytes(lz4.frame.compress(_encoder.encode(state)))
 
     def restore(self, blob: bytes) -> None:
         """Put back what `to_bytes` wrote."""
         state = _decoder.decode(lz4.frame.decompress(blob))
         self.clock, self.pending, self.done = state.clock, state.pending, state.done
+        self.sources, self.marks = state.sources, state.marks
         self.counts.update(state.counts)
         self._complete = {trace_id for trace_id, p in self.pending.items()
                           if p.decision and p.root}

@@ -20,27 +20,41 @@ from monitor.ingest.assemble import assemble
 from monitor.ingest.contract import Trace
 from monitor.ingest.otlp import Decoded, Fragment, NotOtlp, decode
 from monitor.ingest.parse import Rejection, parse
-from monitor.ingest.spanbuffer import Ready, SpanBuffer
+from monitor.ingest.spanbuffer import Marks, Ready, SpanBuffer
 
-__all__ = ["Assembled", "Forwarded", "SpanIntake", "SpanSettings", "buffer_of", "forward",
-           "fragments_of"]
+__all__ = ["Assembled", "Forwarded", "SpanIntake", "SpanSettings", "SpansRecord", "buffer_of",
+           "forward", "records_of", "spans_record"]
 
 _FRAGMENTS_BYTES: Final = 1024 * 1024  # a spans record holds fragments up to about this
-_fragments = msgspec.msgpack.Encoder()
-_read_fragments = msgspec.msgpack.Decoder(list[Fragment])
+
+
+class SpansRecord(msgspec.Struct, array_like=True, gc=False):
+    """One record of the spans topic: fragments of one forwarded batch, and on the
+    batch's last record to each spans partition, the forwarder's marks (what the
+    buffer may assume of the OTLP partitions it reads: `spanbuffer.Marks`)."""
+
+    fragments: list[Fragment]
+    marks: Marks | None = None
+
+
+_records = msgspec.msgpack.Encoder()
+_read_record = msgspec.msgpack.Decoder(SpansRecord)
+_read_fragments = msgspec.msgpack.Decoder(list[Fragment])  # records before the marks
 
 
 class Forwarded(NamedTuple):
-    """A batch of OTLP messages made into records of fragments for the spans topic:
-    by partition (`crc32(trace id) % partitions`), and the messages refused (index in
-    the batch, reason, detail: no bytes of the message). `local`: the fragments of
-    messages keyed by their one trace's id (the Collector's `partition_traces_by_id:
-    true`), by the (topic, partition) they came from: every span of such a trace comes
-    to that partition, so it is buffered there, without the spans topic."""
+    """A batch of OTLP messages made into fragments for the spans topic: by partition
+    (`crc32(trace id) % partitions`), and the messages refused (index in the batch,
+    reason, detail: no bytes of the message). `local`: the fragments of messages keyed
+    by their one trace's id (the Collector's `partition_traces_by_id: true`), by the
+    (topic, partition) they came from: every span of such a trace comes to that
+    partition, so it is buffered there, without the spans topic. `newest`: by source
+    partition, the newest span end in its messages (unix ns)."""
 
-    chunks: dict[int, list[bytes]]
+    fragments: dict[int, list[Fragment]]
     rejected: list[tuple[int, str, str]]
     local: dict[tuple[str, int], list[Fragment]]
+    newest: dict[int, int]
 
 
 def forward(raws: list[bytes], sources: list[tuple[str, int, int]], partitions: int,
@@ -50,6 +64,7 @@ def forward(raws: list[bytes], sources: list[tuple[str, int, int]], partitions: 
     records' keys, as the Collector's exporter sets them: the trace id in hex)."""
     by_partition: dict[int, list[Fragment]] = {}
     local: dict[tuple[str, int], list[Fragment]] = {}
+    newest: dict[int, int] = {}
     rejected = []
     for index, (raw, source) in enumerate(zip(raws, sources, strict=True)):
         found = decode(raw, source, max_bytes)
@@ -57,14 +72,34 @@ def forward(raws: list[bytes], sources: list[tuple[str, int, int]], partitions: 
             rejected.append((index, found.reason, found.detail))
             continue
         fragments = found.fragments
+        if fragments:
+            end = max(fragment.end for fragment in fragments)
+            newest[source[1]] = max(newest.get(source[1], end), end)
         if keys is not None and len(fragments) == 1 and _names(keys[index], fragments[0]):
             local.setdefault((source[0], source[1]), []).append(fragments[0])
             continue
         for fragment in fragments:
             partition = zlib.crc32(fragment.trace_id.encode()) % partitions
             by_partition.setdefault(partition, []).append(fragment)
-    return Forwarded({partition: [_fragments.encode(chunk) for chunk in _chunks(fragments)]
-                      for partition, fragments in by_partition.items()}, rejected, local)
+    return Forwarded(by_partition, rejected, local, newest)
+
+
+def records_of(fragments: dict[int, list[Fragment]], partitions: int,
+               marks: Marks | None = None) -> dict[int, list[bytes]]:
+    """A forwarded batch's records, by spans partition: its fragments in records of about
+    `_FRAGMENTS_BYTES`; with `marks`, every partition gets them on its last record (a
+    record of no fragments where the batch has none for it), after the fragments they
+    vouch for."""
+    records = {}
+    for partition in range(partitions) if marks is not None else sorted(fragments):
+        chunks = _chunks(fragments.get(partition, []))
+        records[partition] = [_records.encode(SpansRecord(chunk, marks if last else None))
+                              for last, chunk in _lasts(chunks)]
+    return records
+
+
+def _lasts(chunks: list[list[Fragment]]) -> list[tuple[bool, list[Fragment]]]:
+    return [(at == len(chunks) - 1, chunk) for at, chunk in enumerate(chunks)]
 
 
 def _names(key: bytes | None, fragment: Fragment) -> bool:
@@ -77,10 +112,14 @@ def _names(key: bytes | None, fragment: Fragment) -> bool:
     return len(key) == 16 and key.hex() == fragment.trace_id
 
 
-def fragments_of(record: bytes) -> list[Fragment]:
-    """The fragments of one spans record (`forward` wrote it); raises
-    msgspec.DecodeError / ValidationError on bytes it did not write."""
-    return _read_fragments.decode(record)
+def spans_record(record: bytes) -> SpansRecord:
+    """One spans record (`records_of` wrote it, or a version before the marks: a bare
+    list of fragments); raises msgspec.DecodeError / ValidationError on bytes neither
+    wrote."""
+    try:
+        return _read_record.decode(record)
+    except msgspec.ValidationError:
+        return SpansRecord(_read_fragments.decode(record))
 
 
 def _chunks(fragments: list[Fragment]) -> list[list[Fragment]]:
@@ -150,6 +189,10 @@ class SpanIntake:
         there and dropped)."""
         for fragment in fragments:
             self.buffer.add(fragment)
+
+    def mark(self, marks: Marks) -> None:
+        """Take a forwarder's marks (`SpanBuffer.mark`), after the fragments they came with."""
+        self.buffer.mark(marks)
 
     def take(self, clock: float | None = None, final: bool = False) -> list[Assembled]:
         """The decisions of the traces ready at `clock` (every trace if `final`),

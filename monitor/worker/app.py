@@ -108,10 +108,7 @@ class Worker:
         # before the decisions it produces come back through the decisions topic.
         self.spans: SpanStage | None = None
         if settings.otlp_topic:
-            self.spans = SpanStage(settings, raw_topic(app, settings.topic_spans),
-                                   raw_topic(app, settings.topic_decisions),
-                                   raw_topic(app, settings.topic_state), self.health,
-                                   self.dead.send)
+            self.spans = SpanStage(settings, app, self.health, self.dead.send)
             self.kinds = (("otlp", settings.otlp_topic), ("spans", settings.topic_spans),
                           *self.kinds)
 
@@ -179,6 +176,7 @@ class Worker:
             assigned = {(tp.topic, tp.partition) for tp in self.app.consumer.assignment()
                         if tp.topic in (self.settings.topic_spans, self.settings.otlp_topic)}
             await self.retrying(partial(self.spans.tick, assigned), "spans: quiet partitions")
+            await self.retrying(self.spans.remark, "otlp: marks")
 
     async def _fold_batch(self, kind: EventKind, topic: str,
                           records: dict[int, Sequence[Any]]) -> None:

@@ -135,6 +135,20 @@ class BatchConsumer(Consumer):
 
         await thread.call_thread(force)
 
+    def reading(self, topic: str) -> tuple[int, dict[int, tuple[int | None, int | None]]]:
+        """`topic`'s partition count (0 if unknown), and for each of its partitions
+        assigned here: its high watermark as last fetched (None before a fetch) and the
+        offset the last seek to committed put it at (None: nothing committed)."""
+        found: dict[int, tuple[int | None, int | None]] = {}
+        for tp in self.assignment():
+            if tp.topic == topic:
+                try:
+                    highwater: int | None = self.highwater(tp)
+                except AssertionError:  # aiokafka's: no longer assigned (a rebalance)
+                    continue
+                found[tp.partition] = (highwater, self._committed_seen.get(tp))
+        return self.topic_partitions(topic) or 0, found
+
     def current(self, batch: Batch) -> bool:
         """Whether `batch` was read since the last rebalance or seek."""
         return batch.epoch == self.epoch

@@ -9,7 +9,11 @@ Two steps, each a topic kind of `Worker.take`:
    reason and source offset, and no bytes of it. Every trace's spans become a fragment,
    sent to partition `crc32(trace id) % partitions` of `topic_spans` (fragments of one
    batch and partition in one record): the spans of a trace meet in one partition
-   whatever partitioner the exporter used (its default does not key by trace). A
+   whatever partitioner the exporter used (its default does not key by trace). With
+   them, every spans partition gets the forwarder's `Marks` (how far each otlp partition
+   read here is forwarded, and whether to its end): the buffers' watermark, so that a
+   partition read ahead of another in a backlog does not take traces whose other spans
+   wait in the slower one (monitor/ingest/spanbuffer.py). A
    message keyed by its one trace's id (the exporter's `partition_traces_by_id: true`)
    is already where all of its trace's spans come: its fragment is merged into the
    buffer of its otlp partition at once, which step 2 then does for it here.
@@ -38,16 +42,19 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import msgspec
 
 from monitor.export.snapshot import Health
 from monitor.ingest.parse import Rejection
-from monitor.ingest.spans import Assembled, SpanIntake, forward, fragments_of
+from monitor.ingest.spanbuffer import Marks
+from monitor.ingest.spans import Assembled, SpanIntake, forward, records_of, spans_record
 from monitor.settings import Settings
 from monitor.worker import topics
+from monitor.worker.batches import BatchConsumer
 from monitor.worker.produce import send_keyed
+from monitor.worker.wiring import raw_topic
 
 __all__ = ["SpanStage", "Where"]
 
@@ -71,6 +78,18 @@ class _Held:
 
 
 Where = tuple[str, int]  # a buffer's (topic, partition): of topic_spans, or of otlp_topic
+# otlp_topic's partition count, and by partition assigned here: (high watermark, the
+# offset its last seek to committed put it at), as `BatchConsumer.reading` gives them.
+Reading = tuple[int, dict[int, tuple[int | None, int | None]]]
+
+
+class _Source:
+    """An otlp partition as forwarded by this process: the offset after the last record
+    forwarded, and the newest span end forwarded (unix ns, 0 before any)."""
+
+    def __init__(self) -> None:
+        self.next: int | None = None
+        self.newest = 0
 
 
 class _Step(NamedTuple):
@@ -84,17 +103,22 @@ class _Step(NamedTuple):
 
 
 class SpanStage:
-    def __init__(self, settings: Settings, spans_topic: Any, decisions_topic: Any,
-                 state_topic: Any, health: Health, dead_letter: DeadLetter) -> None:
+    def __init__(self, settings: Settings, app: Any, health: Health,
+                 dead_letter: DeadLetter) -> None:
         self.settings = settings
-        self.spans_topic = spans_topic
-        self.decisions_topic = decisions_topic
-        self.state_topic = state_topic
+        self.spans_topic = raw_topic(app, settings.topic_spans)
+        self.decisions_topic = raw_topic(app, settings.topic_decisions)
+        self.state_topic = raw_topic(app, settings.topic_state)
+        # otlp_topic as this process reads it, for the marks
+        self.reading: Callable[[], Reading] = lambda: cast(
+            BatchConsumer, app.consumer).reading(settings.otlp_topic or "")
         self.health = health
         self.dead_letter = dead_letter
         self.held: dict[Where, _Held] = {}
         # Messages read from otlp_topic, by outcome (read, rejected); this process's.
         self.messages: Counter[str] = Counter(read=0, rejected=0)
+        self.sources: dict[int, _Source] = {}  # otlp partitions forwarded from, by number
+        self.sent: Marks | None = None         # the marks sent last
 
     def state_key(self, where: Where) -> bytes:
         return f"{self.settings.app_id}:{where[0]}:{where[1]}".encode()
@@ -103,6 +127,20 @@ class SpanStage:
         """The state topic's partition of a buffer's checkpoint (otlp_topic may have
         more partitions than ragmon's own topics: it is read as the Collector made it)."""
         return where[1] % self.settings.partitions
+
+    def marks(self, reading: Reading) -> Marks:
+        """What the spans buffers may assume of the otlp partitions read here: the newest
+        span end forwarded from each, and whether it is read to its end (its high
+        watermark reached by what was forwarded or, before any record here, by the
+        offset its group had committed)."""
+        partitions, assigned = reading
+        read = []
+        for partition, (highwater, committed) in sorted(assigned.items()):
+            source = self.sources.get(partition, _Source())
+            position = source.next if source.next is not None else committed
+            at_end = highwater is not None and position is not None and position >= highwater
+            read.append((partition, source.newest, at_end))
+        return Marks(partitions, read)
 
     async def forward(self, records: Sequence[Any]) -> None:
         """Step 1: OTLP messages -> fragments, re-keyed by trace id into `topic_spans`;
@@ -117,9 +155,14 @@ class SpanStage:
                        [r.key if isinstance(r.key, bytes) else None for r in records])
         for index, reason, detail in done.rejected:
             await self.dead_letter(sources[index], b"", Rejection(reason, detail, b"", 0))
-        deliveries = [await self.spans_topic.send(key=None, value=chunk, partition=partition)
-                      for partition, chunks in sorted(done.chunks.items()) for chunk in chunks]
-        await asyncio.gather(*deliveries)
+        for record in records:
+            source = self.sources.setdefault(int(record.partition), _Source())
+            source.next = max(source.next or 0, int(record.offset) + 1)
+        for partition, newest in done.newest.items():
+            self.sources[partition].newest = max(self.sources[partition].newest, newest)
+        marks = self.marks(self.reading())
+        await self._send(records_of(done.fragments, self.settings.partitions, marks))
+        self.sent = marks
         self.messages.update(read=len(records), rejected=len(done.rejected))
         if done.local:
             await self._restore_all(set(done.local))
@@ -133,6 +176,19 @@ class SpanStage:
                     held.quiet_since = time.monotonic()
                     work.append(_Step(where, held, held.intake.take(), fresh[-1].source[2]))
             await self._deliver(work)
+
+    async def remark(self) -> None:
+        """Send the marks again, alone, where they changed since the last batch (a
+        partition read to its end since, or newly assigned here)."""
+        marks = self.marks(self.reading())
+        if marks != self.sent:
+            await self._send(records_of({}, self.settings.partitions, marks))
+            self.sent = marks
+
+    async def _send(self, chunks: dict[int, list[bytes]]) -> None:
+        deliveries = [await self.spans_topic.send(key=None, value=chunk, partition=partition)
+                      for partition, found in sorted(chunks.items()) for chunk in found]
+        await asyncio.gather(*deliveries)
 
     async def assemble(self, records: dict[int, Sequence[Any]]) -> None:
         """Step 2: fragments -> span buffers -> decisions; checkpoints after delivery
@@ -153,13 +209,15 @@ class SpanStage:
     def _merge(self, partition: int, held: _Held, fresh: list[Any]) -> None:
         for record in fresh:
             try:
-                fragments = fragments_of(record.value)
+                found = spans_record(record.value)
             except (msgspec.DecodeError, msgspec.ValidationError, TypeError):
                 self.health.worker_errors += 1
                 log.error("%s/%d offset %d: not a spans record; skipped",
                           self.settings.topic_spans, partition, record.offset)
                 continue
-            held.intake.merge(fragments)
+            held.intake.merge(found.fragments)
+            if found.marks is not None:
+                held.intake.mark(found.marks)
         held.quiet_since = time.monotonic()
 
     async def tick(self, assigned: set[Where]) -> None:

@@ -25,7 +25,7 @@ from monitor.cli import main
 from monitor.client import DecisionEmitter, annotate_span
 from monitor.ingest.otlp import Fragment, NotOtlp, Span, decode
 from monitor.ingest.spanbuffer import SpanBuffer
-from monitor.ingest.spans import Assembled, SpanIntake, forward, fragments_of
+from monitor.ingest.spans import Assembled, SpanIntake, forward, records_of, spans_record
 from monitor.settings import load
 from tests.otel_apps import CONTENT_MARKER, genai_app, keyed_messages, langchain_app, messages
 
@@ -189,16 +189,17 @@ def test_messages_keyed_by_their_trace_stay_in_their_partition_with_the_same_dec
     assert all(where == ("otlp_spans", fragment.source[1])
                for where, fragments in done.local.items() for fragment in fragments)
     assert {0, 1, 3, len(raws) - 1} & {f.source[2] for f in local} == {0}
-    forwarded = [f for chunks in done.chunks.values() for c in chunks for f in fragments_of(c)]
+    chunks = records_of(done.fragments, 4)
+    forwarded = [f for found in chunks.values() for c in found for f in spans_record(c).fragments]
     assert {f.source[2] for f in forwarded} == {1, 3, len(raws) - 1}
     # Merged per partition (local) or per spans partition (forwarded), as the worker
     # does: the decisions are the applications', the repeated spans merged once.
     intakes: dict[object, SpanIntake] = {}
     for where, fragments in done.local.items():
         intakes.setdefault(where, SpanIntake(load())).merge(fragments)
-    for partition, chunks in done.chunks.items():
-        for chunk in chunks:
-            intakes.setdefault(partition, SpanIntake(load())).merge(fragments_of(chunk))
+    for partition, found in chunks.items():
+        for chunk in found:
+            intakes.setdefault(partition, SpanIntake(load())).merge(spans_record(chunk).fragments)
     found = Counter()
     for intake in intakes.values():
         for item in intake.take(final=True):

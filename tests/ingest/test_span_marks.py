@@ -1,0 +1,150 @@
+"""The span buffer's watermark (`monitor/ingest/spanbuffer.py`, `Marks`): a buffer fed
+from several OTLP partitions read at different paces takes no trace before every
+partition that may still hold its spans has been read that far. Spans from the OTel SDK
+(GenAI conventions) in OTLP messages over two partitions, one read to its end before the
+other starts, as a worker catching up on a backlog may read them."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+from monitor.ingest.otlp import Fragment, Span
+from monitor.ingest.spanbuffer import Marks, SpanBuffer
+from monitor.ingest.spans import SpanIntake, forward, records_of, spans_record
+from monitor.settings import load
+from tests.otel_apps import genai_app, messages, spread
+
+
+def _span(span_id: str, parent: str, end_s: float, **attrs: Any) -> Span:
+    return Span(span_id, parent, int((end_s - 0.1) * 1e9), int(end_s * 1e9), "svc", "r1", attrs)
+
+
+def _fragment(trace: str, offset: int, *spans: Span) -> Fragment:
+    return Fragment(trace, ("otlp_spans", 0, offset), list(spans), spans_read=len(spans),
+                    end=max(span.end for span in spans))
+
+
+def _buffer() -> SpanBuffer:
+    return SpanBuffer(grace_seconds=2, timeout_seconds=30, max_traces=100, max_spans=10)
+
+
+def _ns(seconds: float) -> int:
+    return int(seconds * 1e9)
+
+
+def test_a_partition_behind_holds_the_clock_until_it_is_read_that_far():
+    buffer = _buffer()
+    root = _span("1" * 16, "", 100.0, **{"rag.decision": "answer"})
+    buffer.add(_fragment("a" * 32, 1, root))
+    buffer.add(_fragment("b" * 32, 2, _span("3" * 16, "", 200.0)))  # partition 0, far ahead
+    buffer.mark(Marks(2, [(0, _ns(200.0), False), (1, _ns(99.0), False)]))
+    assert buffer.now() == 99.0
+    assert buffer.due() == []  # without the marks, 200 would take trace a without its child
+    buffer.add(_fragment("a" * 32, 3, _span("2" * 16, "1" * 16, 99.5)))
+    buffer.mark(Marks(2, [(1, _ns(150.0), False)]))
+    (ready,) = buffer.due()
+    assert ready.trace_id == "a" * 32 and len(ready.spans) == 2 and ready.complete
+    assert buffer.counts["spans_late"] == 0
+
+
+def test_nothing_is_taken_before_every_partition_is_heard_of_one_at_its_end_holds_nothing():
+    buffer = _buffer()
+    buffer.add(_fragment("a" * 32, 1, _span("1" * 16, "", 100.0, **{"rag.decision": "answer"})))
+    buffer.mark(Marks(3, [(0, _ns(100.0), False), (1, 0, True)]))
+    assert buffer.due(500.0) == []  # partition 2 unheard of: even a late clock waits
+    assert buffer.due(final=True) != []  # the end of a file takes every trace regardless
+    buffer.add(_fragment("c" * 32, 2, _span("4" * 16, "", 300.0, **{"rag.decision": "abstain"})))
+    buffer.mark(Marks(3, [(2, 0, True)]))   # partition 2: empty, read to its end
+    assert buffer.now() == 100.0            # partition 0 behind at 100 holds it
+    buffer.mark(Marks(3, [(0, _ns(300.0), True)]))
+    assert buffer.now() == 500.0  # every partition read to its end: the buffer's own clock
+    restored = _buffer()
+    restored.restore(buffer.to_bytes())
+    assert (restored.sources, restored.marks, restored.now()) == (3, buffer.marks, 500.0)
+
+
+def test_a_buffer_without_marks_keeps_its_own_clock():
+    buffer = _buffer()
+    buffer.add(_fragment("a" * 32, 1, _span("1" * 16, "", 100.0, **{"rag.decision": "answer"})))
+    assert buffer.now() == 100.0 and len(buffer.due(102.0)) == 1
+
+
+def _skewed(with_marks: bool) -> tuple[Counter[tuple[str, str, str]], Counter[Any], SpanIntake]:
+    """60 requests a second apart over two OTLP partitions, partition 0 read to its end
+    in batches of 3 messages before partition 1, each batch forwarded and marked as the
+    worker does (newest span end forwarded, read to the end or not). The application's
+    decisions, and what came out: (release, decision, reason, has retrieval)."""
+    spans, decided = genai_app(60, seed=8)
+    ordered = sorted(spread(spans, 1.0), key=lambda span: span.end_time or 0)
+    raws = [messages(ordered[at:at + 12], "otlp_proto", 12)[0]  # exported as they end
+            for at in range(0, len(ordered), 12)]
+    parts = {0: raws[0::2], 1: raws[1::2]}
+    intake = SpanIntake(load())
+    newest = {0: 0, 1: 0}
+    taken = []
+    for partition, found in parts.items():
+        for start in range(0, len(found), 3):
+            batch = found[start:start + 3]
+            done = forward(batch, [("otlp", partition, start + i) for i in range(len(batch))],
+                           1, 1_000_000)
+            assert not done.rejected
+            newest[partition] = max(newest[partition], *done.newest.values())
+            read_to_end = {0: partition == 1 or start + 3 >= len(found),
+                           1: partition == 1 and start + 3 >= len(found)}
+            marks = Marks(2, [(p, newest[p], read_to_end[p]) for p in (0, 1)])
+            for record in records_of(done.fragments, 1, marks if with_marks else None)[0]:
+                read = spans_record(record)
+                intake.merge(read.fragments)
+                if read.marks is not None:
+                    intake.mark(read.marks)
+            taken += intake.take()
+    out: Counter[Any] = Counter()
+    for item in taken + intake.take(final=True):
+        assert item.raw is not None, item.rejection
+        trace = json.loads(item.raw)
+        out[(trace["system"]["release"], trace["decision"], trace["reason"],
+             "retrieval" in trace)] += 1
+    return decided, out, intake
+
+
+def test_a_backlog_read_one_partition_after_the_other_assembles_every_trace_whole():
+    decided, out, intake = _skewed(with_marks=True)
+    assert out == Counter({(*key, True): n for key, n in decided.items()})
+    assert intake.buffer.counts["spans_late"] == 0
+    assert intake.buffer.counts["traces_incomplete"] == 0
+
+
+def test_without_marks_the_same_backlog_assembles_traces_before_their_spans_arrive():
+    """What the marks are for: read this way, a buffer on its own clock takes traces
+    whose other spans are still unread in partition 1."""
+    decided, out, intake = _skewed(with_marks=False)
+    assert intake.buffer.counts["spans_late"] > 0
+    assert out != Counter({(*key, True): n for key, n in decided.items()})
+
+
+def test_a_forwarded_batch_marks_every_spans_partition_after_its_fragments():
+    spans, _ = genai_app(6, seed=4)
+    raws = messages(spans, "otlp_proto", 5, seed=4)
+    done = forward(raws, [("otlp", 1, i) for i in range(len(raws))], 3, 1_000_000)
+    assert done.newest == {1: max(span.end_time for span in spans)}
+    marks = Marks(2, [(1, done.newest[1], True)])
+    records = records_of(done.fragments, 3, marks)
+    assert sorted(records) == [0, 1, 2]  # a partition without fragments gets the marks alone
+    for partition, found in records.items():
+        read = [spans_record(record) for record in found]
+        assert [r.marks for r in read] == [None] * (len(read) - 1) + [marks]
+        assert sum(len(r.fragments) for r in read) == len(done.fragments.get(partition, []))
+    unmarked = records_of(done.fragments, 3)  # only where there are fragments, no marks
+    assert sorted(unmarked) == sorted(done.fragments)
+    assert all(spans_record(r).marks is None for found in unmarked.values() for r in found)
+
+
+def test_a_spans_record_from_before_the_marks_is_still_read():
+    import msgspec
+    fragment = _fragment("a" * 32, 1, _span("1" * 16, "", 100.0))
+    old = msgspec.msgpack.encode([fragment])
+    assert spans_record(old).fragments == [fragment] and spans_record(old).marks is None
+
+
