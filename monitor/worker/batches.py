@@ -149,6 +149,12 @@ class BatchConsumer(Consumer):
                 found[tp.partition] = (highwater, self._committed_seen.get(tp))
         return self.topic_partitions(topic) or 0, found
 
+    async def log_starts(self, topic: str, partitions: list[int]) -> dict[int, int]:
+        """The first offset still in the log of each of `topic`'s `partitions` (where a
+        group without a committed offset starts reading)."""
+        found = await self.earliest_offsets(*(TP(topic, p) for p in partitions))
+        return {tp.partition: offset for tp, offset in found.items()}
+
     def current(self, batch: Batch) -> bool:
         """Whether `batch` was read since the last rebalance or seek."""
         return batch.epoch == self.epoch

@@ -78,9 +78,6 @@ class _Held:
 
 
 Where = tuple[str, int]  # a buffer's (topic, partition): of topic_spans, or of otlp_topic
-# otlp_topic's partition count, and by partition assigned here: (high watermark, the
-# offset its last seek to committed put it at), as `BatchConsumer.reading` gives them.
-Reading = tuple[int, dict[int, tuple[int | None, int | None]]]
 
 
 class _Source:
@@ -109,9 +106,7 @@ class SpanStage:
         self.spans_topic = raw_topic(app, settings.topic_spans)
         self.decisions_topic = raw_topic(app, settings.topic_decisions)
         self.state_topic = raw_topic(app, settings.topic_state)
-        # otlp_topic as this process reads it, for the marks
-        self.reading: Callable[[], Reading] = lambda: cast(
-            BatchConsumer, app.consumer).reading(settings.otlp_topic or "")
+        self.consumer: Callable[[], BatchConsumer] = lambda: cast(BatchConsumer, app.consumer)
         self.health = health
         self.dead_letter = dead_letter
         self.held: dict[Where, _Held] = {}
@@ -128,17 +123,22 @@ class SpanStage:
         more partitions than ragmon's own topics: it is read as the Collector made it)."""
         return where[1] % self.settings.partitions
 
-    def marks(self, reading: Reading) -> Marks:
+    async def marks(self) -> Marks:
         """What the spans buffers may assume of the otlp partitions read here: the newest
         span end forwarded from each, and whether it is read to its end (its high
-        watermark reached by what was forwarded or, before any record here, by the
-        offset its group had committed)."""
-        partitions, assigned = reading
+        watermark reached by what was forwarded or, before any record here, by where
+        reading it starts: the group's committed offset, else the log's first)."""
+        topic, consumer = self.settings.otlp_topic or "", self.consumer()
+        partitions, assigned = consumer.reading(topic)
+        unknown = [p for p, (_, committed) in assigned.items()
+                   if committed is None and self.sources.get(p, _Source()).next is None]
+        starts = await consumer.log_starts(topic, unknown) if unknown else {}
         read = []
         for partition, (highwater, committed) in sorted(assigned.items()):
-            source = self.sources.get(partition, _Source())
-            position = source.next if source.next is not None else committed
-            at_end = highwater is not None and position is not None and position >= highwater
+            source = self.sources.setdefault(partition, _Source())
+            if source.next is None:
+                source.next = committed if committed is not None else starts.get(partition)
+            at_end = highwater is not None and source.next is not None and source.next >= highwater
             read.append((partition, source.newest, at_end))
         return Marks(partitions, read)
 
@@ -160,7 +160,7 @@ class SpanStage:
             source.next = max(source.next or 0, int(record.offset) + 1)
         for partition, newest in done.newest.items():
             self.sources[partition].newest = max(self.sources[partition].newest, newest)
-        marks = self.marks(self.reading())
+        marks = await self.marks()
         await self._send(records_of(done.fragments, self.settings.partitions, marks))
         self.sent = marks
         self.messages.update(read=len(records), rejected=len(done.rejected))
@@ -180,7 +180,7 @@ class SpanStage:
     async def remark(self) -> None:
         """Send the marks again, alone, where they changed since the last batch (a
         partition read to its end since, or newly assigned here)."""
-        marks = self.marks(self.reading())
+        marks = await self.marks()
         if marks != self.sent:
             await self._send(records_of({}, self.settings.partitions, marks))
             self.sent = marks

@@ -35,13 +35,16 @@ pytestmark = pytest.mark.integration
 OTLP = {"RAGMON_OTLP_TOPIC": "otlp_spans"}
 
 
-def send(settings, raws: list[bytes], keys: list[bytes] | None = None) -> None:
+def send(settings, raws: list[bytes], keys: list[bytes] | None = None,
+         partition: int | None = None) -> None:
     """As the Collector's Kafka exporter: one message per export request, unkeyed by
-    default (`partition_traces_by_id: false`), else each keyed (`keyed_messages`)."""
+    default (`partition_traces_by_id: false`), else each keyed (`keyed_messages`);
+    `partition`: all to that one (a sticky partitioner at low traffic)."""
     producer = KafkaProducer(**kafka_python_options(settings), acks="all")
     try:
         for index, raw in enumerate(raws):
-            producer.send("otlp_spans", value=raw, key=None if keys is None else keys[index])
+            producer.send("otlp_spans", value=raw, key=None if keys is None else keys[index],
+                          partition=partition)
         producer.flush()
     finally:
         producer.close()
@@ -158,6 +161,23 @@ def test_spans_of_instrumented_apps_are_counted_as_the_apps_decided(broker, tmp_
     assert CONTENT_MARKER.encode() not in (tmp_path / "worker.log").read_bytes()
     for topic in (settings.topic_state, settings.topic_spans, settings.topic_decisions):
         assert CONTENT_MARKER.encode() not in b"".join(read_all(settings, topic))
+
+
+def test_otlp_partitions_that_stay_empty_hold_no_trace_back(broker, tmp_path):
+    """The span buffers wait for the slowest otlp partition not read to its end
+    (docs/otlp.md); partitions the Collector never writes to, read by a group that has
+    committed nothing there, are at their end from the start."""
+    settings = broker.settings()
+    spans, decided = genai_app(25, seed=21)
+    process, port = start_worker(broker, tmp_path, env=OTLP)
+    try:
+        send(settings, messages(spans, "otlp_proto", 10), partition=0)
+        got = wait_for(lambda: (m := scrape(port)) and sum(by_decision(m).values()) >= 25 and m,
+                       timeout=90, what="every decision assembled and folded")
+        assert by_decision(got) == expected(decided)[0]
+        assert otlp(got, "spans", "late") == 0
+    finally:
+        stop(process)
 
 
 def test_kill_9_with_spans_in_the_buffer_counts_exactly(broker, tmp_path):
