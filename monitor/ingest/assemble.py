@@ -9,6 +9,7 @@ Only what `monitor/ingest/otlp.py` kept reaches here, so content never does.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -25,6 +26,8 @@ _LLM_OPERATIONS: Final = frozenset({"chat", "text_completion", "generate_content
 _SYSTEM: Final = ("model", "embedding_model", "index_version", "reranker", "prompt_version",
                   "gate_config")
 _TOP: Final = ("query_tokens", "cluster", "decision", "reason", "rule")
+_LLM_MODELS: Final = ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name")
+_EMBEDDING_MODELS: Final = ("gen_ai.request.model", "embedding.model_name")
 
 
 def is_root(span: Span) -> bool:
@@ -42,13 +45,14 @@ def assemble(trace_id: str, spans: list[Span]) -> bytes | None:
     decision = decision_span(spans)
     if decision is None:
         return None
-    ordered = sorted(spans, key=lambda span: span.start)
+    ordered = sorted(spans, key=_start)
     # rag.* attributes: the decision span's first, then the others' by start time.
     rag: dict[str, Value] = {}
     for span in [*reversed(ordered), decision]:  # later writes win: the decision span last
         for key, value in span.attrs.items():
             if key.startswith("rag."):
                 rag[key] = value
+    groups = _groups(rag)
     by_kind: dict[str | None, list[Span]] = {"LLM": [], "RETRIEVER": [], "EMBEDDING": []}
     roots = []
     for span in ordered:
@@ -64,25 +68,22 @@ def assemble(trace_id: str, spans: list[Span]) -> bytes | None:
     }
     system = {"app": rag.get("rag.app", decision.service),
               "release": rag.get("rag.release", decision.version)}
-    system["model"] = rag.get("rag.model", _first(
-        span.attrs.get(name) for span in llms
-        for name in ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name")))
-    system["embedding_model"] = rag.get("rag.embedding_model", _first(
-        span.attrs.get(name) for span in embeddings
-        for name in ("gen_ai.request.model", "embedding.model_name")))
-    system["index_version"] = rag.get("rag.index_version", _first(
-        span.attrs.get("gen_ai.data_source.id") for span in retrievals))
-    system["reranker"] = rag.get("rag.reranker", _first(
-        span.attrs.get("reranker.model_name") for span in ordered))
-    system["prompt_version"] = rag.get("rag.prompt_version", _first(
-        span.attrs.get("llm.prompt_template.version") for span in ordered))
+    system["model"] = rag.get("rag.model", _first_of(llms, _LLM_MODELS))
+    system["embedding_model"] = rag.get("rag.embedding_model",
+                                        _first_of(embeddings, _EMBEDDING_MODELS))
+    system["index_version"] = rag.get("rag.index_version",
+                                      _first_of(retrievals, ("gen_ai.data_source.id",)))
+    system["reranker"] = rag.get("rag.reranker", _first_of(ordered, ("reranker.model_name",)))
+    system["prompt_version"] = rag.get("rag.prompt_version",
+                                       _first_of(ordered, ("llm.prompt_template.version",)))
     system["gate_config"] = rag.get("rag.gate_config")
     message["system"] = {key: value for key, value in system.items() if value is not None}
     for name in _TOP:
         if f"rag.{name}" in rag:
             message[name] = rag[f"rag.{name}"]
-    message.update(_grouped(rag, "slice"))
-    signals = _grouped(rag, "signals").get("signals", {})
+    if "slice" in groups:
+        message["slice"] = groups["slice"]
+    signals = groups.get("signals", {})
     last = retrievals[-1] if retrievals else None
     scores = [score for _, score in last.docs if score is not None] if last else []
     if "top_score" not in signals and scores:
@@ -90,7 +91,7 @@ def assemble(trace_id: str, spans: list[Span]) -> bytes | None:
     if signals:
         message["signals"] = signals
     if last is not None:
-        top_k = _first(last.attrs.get(name) for name in ("gen_ai.request.top_k", "reranker.top_k"))
+        top_k = _first_of((last,), ("gen_ai.request.top_k", "reranker.top_k"))
         message["retrieval"] = {
             "chunk_ids": [doc_id for doc_id, _ in last.docs if doc_id is not None],
             "top_k": top_k if top_k is not None else len(last.docs)}
@@ -103,9 +104,9 @@ def assemble(trace_id: str, spans: list[Span]) -> bytes | None:
         found = {name: rag[f"rag.{group}.{name}"] for name in names if f"rag.{group}.{name}" in rag}
         if found:
             message[group] = found
-    message["usage"] = _usage(rag, llms, roots[0] if roots else decision)
+    message["usage"] = _usage(groups, llms, roots[0] if roots else decision)
     evals = _evals(ordered)
-    evals.update(_grouped(rag, "evals").get("evals", {}))
+    evals.update(groups.get("evals", {}))
     if evals:
         message["evals"] = evals
     raw = _ENCODE(message)
@@ -129,11 +130,18 @@ def _kind(span: Span) -> str | None:
     return None
 
 
-def _grouped(rag: dict[str, Value], group: str) -> dict[str, dict[str, Value]]:
-    """`rag.<group>.<name>` attributes as `{group: {name: value}}` (nothing when none)."""
-    prefix = f"rag.{group}."
-    found = {key[len(prefix):]: value for key, value in rag.items() if key.startswith(prefix)}
-    return {group: found} if found else {}
+def _groups(rag: dict[str, Value]) -> dict[str, dict[str, Value]]:
+    """`rag.<group>.<name>` attributes as `{group: {name: value}}`, in their order."""
+    found: dict[str, dict[str, Value]] = {}
+    for key, value in rag.items():
+        group, dot, name = key[4:].partition(".")
+        if dot:
+            found.setdefault(group, {})[name] = value
+    return found
+
+
+def _start(span: Span) -> int:
+    return span.start
 
 
 def _claim(attrs: dict[str, Value]) -> dict[str, Value]:
@@ -168,13 +176,14 @@ def span_attributes(event: dict[str, Any]) -> tuple[dict[str, Value], list[dict[
     return attributes, claims
 
 
-def _usage(rag: dict[str, Value], llms: list[Span], timed: Span) -> dict[str, Value]:
+def _usage(groups: dict[str, dict[str, Value]], llms: list[Span],
+           timed: Span) -> dict[str, Value]:
     """`rag.usage.<field>` first (what the SDK sets), else from the LLM and root spans."""
     usage: dict[str, Value] = {"latency_ms": max(timed.end - timed.start, 0) / 1e6}
     for field, names in (("input_tokens", ("gen_ai.usage.input_tokens", "llm.token_count.prompt")),
                          ("output_tokens", ("gen_ai.usage.output_tokens",
                                             "llm.token_count.completion"))):
-        counts = [_first(span.attrs.get(name) for name in names) for span in llms]
+        counts = [_first_of((span,), names) for span in llms]
         if any(count is not None for count in counts):
             usage[field] = sum(count for count in counts if isinstance(count, int | float))
     if llms:
@@ -182,7 +191,7 @@ def _usage(rag: dict[str, Value], llms: list[Span], timed: Span) -> dict[str, Va
     costs = [span.attrs["llm.cost.total"] for span in llms if "llm.cost.total" in span.attrs]
     if costs:
         usage["cost"] = sum(cost for cost in costs if isinstance(cost, int | float))
-    usage.update(_grouped(rag, "usage").get("usage", {}))
+    usage.update(groups.get("usage", {}))
     return usage
 
 
@@ -201,10 +210,31 @@ def _evals(spans: list[Span]) -> dict[str, Value]:
     return found
 
 
-def _first(values: Iterable[Any]) -> Any:
-    return next((value for value in values if value is not None and value != ""), None)
+def _first_of(spans: Iterable[Span], names: tuple[str, ...]) -> Any:
+    """The first of the spans' attributes `names` (span by span) that is set and not ""."""
+    for span in spans:
+        attrs = span.attrs
+        for name in names:
+            value = attrs.get(name)
+            if value is not None and value != "":
+                return value
+    return None
 
 
 def _rfc3339(unix_nanos: int) -> str:
-    stamp = datetime.fromtimestamp(unix_nanos // 1000 / 1e6, UTC)
-    return stamp.isoformat(timespec="microseconds").replace("+00:00", "Z")
+    micros = unix_nanos // 1000
+    if micros >= _EXACT_MICROS:  # as a float of seconds, rounded to the microsecond
+        stamp = datetime.fromtimestamp(micros / 1e6, UTC)
+        return stamp.isoformat(timespec="microseconds").replace("+00:00", "Z")
+    seconds, micro = divmod(micros, 1_000_000)
+    return f"{_second(seconds)}.{micro:06d}Z"
+
+
+# Below 2**32 s (2106) a float of seconds keeps every microsecond, so the two forms agree
+# (tests/ingest/test_assemble.py); the whole second's text is cached (spans come in order).
+_EXACT_MICROS: Final = 2**32 * 1_000_000
+
+
+@functools.lru_cache(maxsize=4096)
+def _second(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None).isoformat()
