@@ -21,6 +21,10 @@ traces read reach N (checkpoint record timestamps, as `worker_throughput.py` doe
 nothing polls the worker), with the worker's CPU seconds over the same stretch.
 
     python benchmarks/otlp_throughput.py --requests 50000 --repeat 3
+
+Below ~100k requests a row lasts a few seconds, and its last traces wait for the quiet
+tick (`otlp_grace_seconds` of wall time with no spans): that fixed tail weighs in the
+rate. Take rates from 100k requests or more.
 """
 
 from __future__ import annotations
