@@ -93,13 +93,9 @@ def records_of(fragments: dict[int, list[Fragment]], partitions: int,
     records = {}
     for partition in range(partitions) if marks is not None else sorted(fragments):
         chunks = _chunks(fragments.get(partition, []))
-        records[partition] = [_records.encode(SpansRecord(chunk, marks if last else None))
-                              for last, chunk in _lasts(chunks)]
+        records[partition] = [_records.encode(SpansRecord(chunk, None)) for chunk in chunks[:-1]]
+        records[partition].append(_records.encode(SpansRecord(chunks[-1], marks)))
     return records
-
-
-def _lasts(chunks: list[list[Fragment]]) -> list[tuple[bool, list[Fragment]]]:
-    return [(at == len(chunks) - 1, chunk) for at, chunk in enumerate(chunks)]
 
 
 def _names(key: bytes | None, fragment: Fragment) -> bool:

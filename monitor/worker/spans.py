@@ -130,12 +130,14 @@ class SpanStage:
         reading it starts: the group's committed offset, else the log's first)."""
         topic, consumer = self.settings.otlp_topic or "", self.consumer()
         partitions, assigned = consumer.reading(topic)
+        for partition in assigned:
+            self.sources.setdefault(partition, _Source())
         unknown = [p for p, (_, committed) in assigned.items()
-                   if committed is None and self.sources.get(p, _Source()).next is None]
+                   if committed is None and self.sources[p].next is None]
         starts = await consumer.log_starts(topic, unknown) if unknown else {}
         read = []
         for partition, (highwater, committed) in sorted(assigned.items()):
-            source = self.sources.setdefault(partition, _Source())
+            source = self.sources[partition]
             if source.next is None:
                 source.next = committed if committed is not None else starts.get(partition)
             at_end = highwater is not None and source.next is not None and source.next >= highwater

@@ -23,10 +23,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from monitor.cli import main
 from monitor.client import DecisionEmitter, annotate_span
-from monitor.ingest.otlp import Fragment, NotOtlp, Span, decode
+from monitor.ingest.otlp import NotOtlp, decode
 from monitor.ingest.spanbuffer import SpanBuffer
 from monitor.ingest.spans import Assembled, SpanIntake, forward, records_of, spans_record
 from monitor.settings import load
+from tests.made_spans import a_fragment, a_span
 from tests.otel_apps import CONTENT_MARKER, genai_app, keyed_messages, langchain_app, messages
 
 ENCODINGS = ("otlp_proto", "otlp_json")
@@ -143,19 +144,10 @@ def test_bytes_that_are_not_otlp_say_why_without_quoting_them(raw, reason):
     assert raw[:12].decode("latin-1") not in found.detail
 
 
-def _fragment(trace: str, source: int, *spans: Span) -> Fragment:
-    return Fragment(trace, ("otlp_spans", 0, source), list(spans), spans_read=len(spans),
-                    end=max(span.end for span in spans))
-
-
-def _span(span_id: str, parent: str, end_s: float, **attrs: Any) -> Span:
-    return Span(span_id, parent, int((end_s - 0.1) * 1e9), int(end_s * 1e9), "svc", "r1", attrs)
-
-
 def test_redelivered_fragments_merge_once_and_late_spans_are_counted():
     buffer = SpanBuffer(grace_seconds=2, timeout_seconds=30, max_traces=100, max_spans=10)
-    decision = _fragment("a" * 32, 1, _span("1" * 16, "", 100.0, **{"rag.decision": "answer"}))
-    child = _fragment("a" * 32, 2, _span("2" * 16, "1" * 16, 99.0))
+    decision = a_fragment("a" * 32, 1, a_span("1" * 16, "", 100.0, **{"rag.decision": "answer"}))
+    child = a_fragment("a" * 32, 2, a_span("2" * 16, "1" * 16, 99.0))
     for fragment in (child, decision, child, decision):  # a redelivery of both
         buffer.add(fragment)
     assert len(buffer.pending["a" * 32].spans) == 2
@@ -163,7 +155,7 @@ def test_redelivered_fragments_merge_once_and_late_spans_are_counted():
     assert buffer.due(101.0) == []            # grace not yet passed
     (ready,) = buffer.due(102.0)
     assert ready.complete and ready.source == ("otlp_spans", 0, 1)
-    buffer.add(_fragment("a" * 32, 3, _span("3" * 16, "1" * 16, 103.0)))
+    buffer.add(a_fragment("a" * 32, 3, a_span("3" * 16, "1" * 16, 103.0)))
     assert buffer.counts["spans_late"] == 1 and len(buffer) == 0
 
 
@@ -210,7 +202,7 @@ def test_messages_keyed_by_their_trace_stay_in_their_partition_with_the_same_dec
 
 def test_a_trace_without_its_root_waits_for_the_timeout_then_is_incomplete():
     buffer = SpanBuffer(grace_seconds=2, timeout_seconds=30, max_traces=100, max_spans=10)
-    buffer.add(_fragment("b" * 32, 1, _span("1" * 16, "9" * 16, 100.0,
+    buffer.add(a_fragment("b" * 32, 1, a_span("1" * 16, "9" * 16, 100.0,
                                             **{"rag.decision": "abstain"})))
     assert buffer.due(125.0) == []
     (ready,) = buffer.due(131.0)
@@ -219,17 +211,17 @@ def test_a_trace_without_its_root_waits_for_the_timeout_then_is_incomplete():
 
 def test_the_buffer_is_bounded_under_a_flood_of_traces_that_never_complete():
     buffer = SpanBuffer(grace_seconds=2, timeout_seconds=1e9, max_traces=1000, max_spans=4)
-    whole = _fragment("e" * 32, 0, _span("1" * 16, "", 100.0, **{"rag.decision": "answer"}))
+    whole = a_fragment("e" * 32, 0, a_span("1" * 16, "", 100.0, **{"rag.decision": "answer"}))
     buffer.add(whole)  # complete, in its grace: never evicted by the flood behind it
     for n in range(50_000):
-        buffer.add(_fragment(f"{n:032x}", n, _span("1" * 16, "2" * 16, 100.0 + n / 1000),
-                             _span("3" * 16, "2" * 16, 100.0)))
+        buffer.add(a_fragment(f"{n:032x}", n, a_span("1" * 16, "2" * 16, 100.0 + n / 1000),
+                             a_span("3" * 16, "2" * 16, 100.0)))
         assert len(buffer) <= 1000
     assert buffer.counts["traces_evicted"] == 50_000 - 999  # the complete one stays
     assert [ready.trace_id for ready in buffer.due()][:1] == ["e" * 32]
     one = "f" * 32  # one trace of many spans keeps max_spans of them
     for n in range(100):
-        buffer.add(_fragment(one, 10**6 + n, _span(f"{n:016x}", "2" * 16, 200.0)))
+        buffer.add(a_fragment(one, 10**6 + n, a_span(f"{n:016x}", "2" * 16, 200.0)))
     assert len(buffer.pending[one].spans) == 4 and buffer.counts["spans_over_limit"] == 96
 
 

@@ -10,20 +10,11 @@ import json
 from collections import Counter
 from typing import Any
 
-from monitor.ingest.otlp import Fragment, Span
 from monitor.ingest.spanbuffer import Marks, SpanBuffer
 from monitor.ingest.spans import SpanIntake, forward, records_of, spans_record
 from monitor.settings import load
+from tests.made_spans import a_fragment, a_span
 from tests.otel_apps import genai_app, messages, spread
-
-
-def _span(span_id: str, parent: str, end_s: float, **attrs: Any) -> Span:
-    return Span(span_id, parent, int((end_s - 0.1) * 1e9), int(end_s * 1e9), "svc", "r1", attrs)
-
-
-def _fragment(trace: str, offset: int, *spans: Span) -> Fragment:
-    return Fragment(trace, ("otlp_spans", 0, offset), list(spans), spans_read=len(spans),
-                    end=max(span.end for span in spans))
 
 
 def _buffer() -> SpanBuffer:
@@ -36,13 +27,13 @@ def _ns(seconds: float) -> int:
 
 def test_a_partition_behind_holds_the_clock_until_it_is_read_that_far():
     buffer = _buffer()
-    root = _span("1" * 16, "", 100.0, **{"rag.decision": "answer"})
-    buffer.add(_fragment("a" * 32, 1, root))
-    buffer.add(_fragment("b" * 32, 2, _span("3" * 16, "", 200.0)))  # partition 0, far ahead
+    root = a_span("1" * 16, "", 100.0, **{"rag.decision": "answer"})
+    buffer.add(a_fragment("a" * 32, 1, root))
+    buffer.add(a_fragment("b" * 32, 2, a_span("3" * 16, "", 200.0)))  # partition 0, far ahead
     buffer.mark(Marks(2, [(0, _ns(200.0), False), (1, _ns(99.0), False)]))
     assert buffer.now() == 99.0
     assert buffer.due() == []  # without the marks, 200 would take trace a without its child
-    buffer.add(_fragment("a" * 32, 3, _span("2" * 16, "1" * 16, 99.5)))
+    buffer.add(a_fragment("a" * 32, 3, a_span("2" * 16, "1" * 16, 99.5)))
     buffer.mark(Marks(2, [(1, _ns(150.0), False)]))
     (ready,) = buffer.due()
     assert ready.trace_id == "a" * 32 and len(ready.spans) == 2 and ready.complete
@@ -51,11 +42,11 @@ def test_a_partition_behind_holds_the_clock_until_it_is_read_that_far():
 
 def test_nothing_is_taken_before_every_partition_is_heard_of_one_at_its_end_holds_nothing():
     buffer = _buffer()
-    buffer.add(_fragment("a" * 32, 1, _span("1" * 16, "", 100.0, **{"rag.decision": "answer"})))
+    buffer.add(a_fragment("a" * 32, 1, a_span("1" * 16, "", 100.0, **{"rag.decision": "answer"})))
     buffer.mark(Marks(3, [(0, _ns(100.0), False), (1, 0, True)]))
     assert buffer.due(500.0) == []  # partition 2 unheard of: even a late clock waits
     assert buffer.due(final=True) != []  # the end of a file takes every trace regardless
-    buffer.add(_fragment("c" * 32, 2, _span("4" * 16, "", 300.0, **{"rag.decision": "abstain"})))
+    buffer.add(a_fragment("c" * 32, 2, a_span("4" * 16, "", 300.0, **{"rag.decision": "abstain"})))
     buffer.mark(Marks(3, [(2, 0, True)]))   # partition 2: empty, read to its end
     assert buffer.now() == 100.0            # partition 0 behind at 100 holds it
     buffer.mark(Marks(3, [(0, _ns(300.0), True)]))
@@ -67,7 +58,7 @@ def test_nothing_is_taken_before_every_partition_is_heard_of_one_at_its_end_hold
 
 def test_a_buffer_without_marks_keeps_its_own_clock():
     buffer = _buffer()
-    buffer.add(_fragment("a" * 32, 1, _span("1" * 16, "", 100.0, **{"rag.decision": "answer"})))
+    buffer.add(a_fragment("a" * 32, 1, a_span("1" * 16, "", 100.0, **{"rag.decision": "answer"})))
     assert buffer.now() == 100.0 and len(buffer.due(102.0)) == 1
 
 
@@ -143,7 +134,7 @@ def test_a_forwarded_batch_marks_every_spans_partition_after_its_fragments():
 
 def test_a_spans_record_from_before_the_marks_is_still_read():
     import msgspec
-    fragment = _fragment("a" * 32, 1, _span("1" * 16, "", 100.0))
+    fragment = a_fragment("a" * 32, 1, a_span("1" * 16, "", 100.0))
     old = msgspec.msgpack.encode([fragment])
     assert spans_record(old).fragments == [fragment] and spans_record(old).marks is None
 
