@@ -48,7 +48,7 @@ class Spec:
 
 
 # Streams whose windows hold fewer traces than this are calibrated on their reference's
-# own shape (`thresholds.shape_shift`, ~0.25 s of simulation per stream); in larger
+# own shape (`thresholds.shape_shift`, ~1.5 s of simulation per shape); in larger
 # windows sums are close enough to the Gaussian / Gamma model, and the cost of a shape
 # per stream (hundreds of slices, again after every restart) is not paid.
 SHAPE_WINDOW_MAX: Final = 200.0

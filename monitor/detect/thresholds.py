@@ -18,10 +18,12 @@ the line fitted to the longest measured run lengths is extended.
 The null model of a location or spread stream is Gaussian or Gamma; real signals are
 not. Their thresholds add the shift the reference's own distribution makes
 (`shape_shift`): the model's threshold and one simulated from the reference's histogram
-(`empirical.Empirical`), both with the reference known exactly and measured as far as the
-shape's simulation reaches, differ by a shift that is added to the model's threshold
-(which carries the reference's uncertainty and the extrapolation to long budgets). A
-share's model is exact (a Bernoulli count; `shares.Odds` bootstraps its reference);
+(`empirical.Empirical`, references of the stream's size drawn from that histogram too),
+both two-sample and measured as far as the shape's simulation reaches (~15,000 windows),
+differ by a shift that is added to the model's threshold (which carries the
+extrapolation to long budgets). A
+share's model is exact (a Bernoulli count, its truth drawn from the reference count's
+confidence law, `detectors.share_truths`);
 a reference of exactly 0% is keyed on its own.
 
 A family's time budget (one false alarm per `days` for all its streams) is shared
@@ -63,6 +65,7 @@ __all__ = ["CALIBRATION_VERSION", "SHIPPED", "arl0_windows", "calibration_key", 
 _MIN_ALARMS = 40  # alarms needed before an ARL0 estimate is trusted
 _STEPS = 1500     # windows simulated per stream; longer budgets are extrapolated
 _GAUSSIAN_EVENTS = 10.0
+_KNOWN_STEPS, _KNOWN_CHAINS = 1_000, 120  # a shape with its reference known exactly
 # The calibration version: part of every cache key. Bump it whenever what a key
 # simulates changes (a detector's statistic, a null model's sampling, `run_lengths`,
 # `_simulate`, the seed): cached and shipped curves then no longer match, and the
@@ -70,7 +73,8 @@ _GAUSSIAN_EVENTS = 10.0
 # docstrings and refactors that leave the output alone keep it.
 # `tests/detect/test_thresholds_cache.py` recomputes a sample of shipped keys and fails if
 # their curves moved under the same version.
-CALIBRATION_VERSION: Final = 2  # 2: share truths from a count's one-sided confidence law
+# 2: share truths from a count's one-sided confidence law; 3: shapes simulated two-sample.
+CALIBRATION_VERSION: Final = 3
 # Calibrations shipped with the package (`ship`): the default layout's keys, so that a
 # fresh install arms its streams without simulating first. Read after the cache folder.
 SHIPPED: Final = Path(__file__).with_name("calibrations")
@@ -92,28 +96,25 @@ def threshold(family: NullModel, window_n: float, arl0: float) -> float:
     return base
 
 
-# A shape's simulation: 120,000 windows (ARL0 measured directly up to ~2,500 windows; the
-# shift found there is carried to longer budgets), ~0.25 s a shape.
-_SHIFT_STEPS = 1_000
-_SHIFT_CHAINS = 120
-
-
 def shape_shift(family: GaussMean | GammaScale, window_n: float, arl0: float) -> float:
     """How far the reference's own distribution moves the threshold from its model's at
-    `arl0` windows: the threshold simulated from the reference's histogram (`Empirical`,
-    traces drawn from its bins) minus the model's, both with the reference known exactly
-    (its uncertainty is the model's part), at `arl0` or as far as the shape's simulation
-    measured ARL0 directly (~2,500 windows), whichever is nearer; the model's curve carries
-    the rest (benchmarks/RESULTS.md, "Null panel"). Skipped where the
-    window is large enough for the model to hold (the Gaussian location model when the
-    window sum's skew and kurtosis are negligible, spread in windows of >= 2,000)."""
+    `arl0` windows: the threshold simulated from the reference's histogram (`Empirical`:
+    traces drawn from its bins, and each simulated stream's reference of the stream's
+    size drawn from them too) minus the model's, both two-sample, at `arl0` or as far as
+    the shape's simulation measured ARL0 directly (~15,000 windows), whichever is
+    nearer; the model's curve carries the rest.
+
+    Measured with the reference known exactly instead (until calibration version 3),
+    the shift left the four-valued and saturated shapes of the null panel 0.62-0.68x and
+    1.3-1.7x their budget at 5,000 windows: a shape also changes how far a reference of
+    2,000 traces reads its mean and variance off (benchmarks/RESULTS.md, "Null panel",
+    session 38). Skipped where the window is large enough for the model to hold (the
+    Gaussian location model when the window sum's skew and kurtosis are negligible,
+    spread in windows of >= 2,000)."""
     empirical = empirical_key(family, window_n)
     if empirical is None:
         return 0.0
-    model = replace(family, n_ref=float("inf"), atoms=None)
-    # The window size snapped to the R10 series: a growing reference moves a stream's mean
-    # window a little, which must not cost a new simulation of the same shape each time.
-    n = float(max(1, round(_fine(window_n))))
+    n = _shape_window(window_n)
     # Measured where the shape's simulation reaches, carried unchanged beyond: its own
     # slope, fitted on a few dozen alarms, extrapolated 0.3-0.5 nat off at 5,000 windows
     # (spread up 0.56x the budget on the panel; carried: 0.75x; RESULTS.md, session 21).
@@ -123,16 +124,27 @@ def shape_shift(family: GaussMean | GammaScale, window_n: float, arl0: float) ->
     # times a function of the window's variance ratio, so on the same simulated windows
     # the threshold scales with the shape exactly.
     scale = family.shape / empirical.shape if isinstance(family, GammaScale) else 1.0
+    model = replace(family, atoms=None)
     return scale * _model_threshold(empirical, n, at) - _model_threshold(model, n, at)
+
+
+def _shape_window(window_n: float) -> float:
+    """A shape's window size snapped to the R10 series: a growing reference moves a
+    stream's mean window a little, which must not cost a new simulation of the same shape
+    each time."""
+    return float(max(1, round(_fine(window_n))))
 
 
 def empirical_key(family: GaussMean | GammaScale, window_n: float) -> Empirical | None:
     """The `Empirical` null of a stream's shape, canonical so that equal shapes share one
-    simulation (a location drop is a rise of the mirrored shape); None where not needed."""
+    simulation (a location drop is a rise of the mirrored shape; the reference's size
+    relative to the window snapped as the model's is); None where not needed."""
     atoms = family.atoms
     if not atoms:
         return None
     n = max(1.0, float(round(window_n)))
+    window = _shape_window(window_n)
+    n_ref = _grid(family.n_ref / window) * window if math.isfinite(family.n_ref) else family.n_ref
     values = np.array([a[0] for a in atoms])
     weights = np.array([a[1] for a in atoms])
     if isinstance(family, GaussMean):
@@ -142,14 +154,14 @@ def empirical_key(family: GaussMean | GammaScale, window_n: float) -> Empirical 
             return None  # the window sum is Gaussian to the tail the budget reaches
         if family.sign < 0:
             atoms = tuple((round(-v, 4) + 0.0, w) for v, w in reversed(atoms))
-        return Empirical("location", atoms, 1)
+        return Empirical("location", atoms, 1, n_ref=n_ref)
     if n >= 2_000:
         return None
     # The Gamma shape snapped to the R10 series: a stream keeps the atoms it was armed
     # with while its reference grows, but its shape follows the growth, so exact values
     # made the key depend on when calibration reached the stream (a demo run found 263
     # of its shapes shipped under another shape, 0.500 vs 0.508).
-    return Empirical("spread", atoms, family.sign, round(_fine(family.shape), 3))
+    return Empirical("spread", atoms, family.sign, round(_fine(family.shape), 3), n_ref)
 
 
 def _model_threshold(family: NullModel, window_n: float, arl0: float) -> float:
@@ -246,9 +258,10 @@ def _load(path: Path) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def _simulate(family: NullModel, window_n: float) -> tuple[np.ndarray, np.ndarray]:
-    if isinstance(family, Empirical):  # known exactly: no draws of the truth to average
-        hs, arls, alarms = run_lengths(family, window_n, _SHIFT_STEPS, draws=1,
-                                       repeat=_SHIFT_CHAINS)
+    if isinstance(family, Empirical) and not math.isfinite(family.n_ref):
+        # known exactly: no draws of the reference to average (calibration version 2)
+        hs, arls, alarms = run_lengths(family, window_n, _KNOWN_STEPS, draws=1,
+                                       repeat=_KNOWN_CHAINS)
     else:
         hs, arls, alarms = run_lengths(family, window_n, _STEPS)
     ok = alarms >= _MIN_ALARMS
