@@ -11,6 +11,7 @@ from monitor.detect import detectors as det
 from monitor.detect.streams import held_out_scores, stream_specs, with_shape
 from monitor.detect.thresholds import shape_shift, threshold
 from monitor.settings import Settings, SignalRange
+from tests.null_rates import cell_of, renewal_rate
 
 LAYOUT = from_settings(Settings(signals={"latency_like": SignalRange(lo=0.0, hi=20.0)}))
 HIST = LAYOUT.histograms["latency_like"]
@@ -18,12 +19,7 @@ SPECS = {(s.signal, s.direction): s for s in stream_specs(LAYOUT)}
 
 
 def _cell(values: np.ndarray) -> Cell:
-    counts = np.zeros(LAYOUT.n_counts, np.int64)
-    sums = np.zeros(LAYOUT.n_sums)
-    np.add.at(counts, HIST.columns(values), 1)
-    counts[HIST.count_col] = len(values)
-    sums[HIST.sum_col], sums[HIST.sum_col + 1] = values.sum(), (values * values).sum()
-    return Cell(counts, sums, {})
+    return cell_of(LAYOUT, HIST, values)
 
 
 def _lognormal(rng: np.random.Generator, size) -> np.ndarray:
@@ -60,14 +56,7 @@ def test_a_heavy_tailed_signal_keeps_its_false_alarm_budget():
             h = threshold(family, 20.0, budget)
             x = np.asarray(family.scores)[HIST.columns(_lognormal(rng, (chains, steps, 20)))
                                           - HIST.offset]
-            total, squares = x.sum(axis=2), (x * x).sum(axis=2)
-            if signal.endswith("_spread"):
-                n, t = np.full((chains, steps), 19.0), squares - total * total / 20.0
-            else:
-                n, t = np.full((chains, steps), 20.0), total
-            peaks = np.maximum.accumulate(det.glr_scan(family, n, t[..., None]), axis=1)
-            passage = (peaks <= h).sum(axis=1)
-            rates.append((passage < steps).sum() / np.minimum(passage + 1, steps).sum())
+            rates.append(renewal_rate(family, x, h, signal.endswith("_spread")))
         ratio = 1.0 / np.mean(rates) / budget
         assert 0.5 < ratio < 2.0, signal
 

@@ -8,11 +8,11 @@ import numpy as np
 
 from monitor.aggregate.layout import from_settings
 from monitor.aggregate.table import Cell
-from monitor.detect import detectors as det
 from monitor.detect.empirical import Empirical
 from monitor.detect.streams import stream_specs, with_shape
 from monitor.detect.thresholds import threshold
 from monitor.settings import Settings, SignalRange
+from tests.null_rates import cell_of, renewal_rate
 
 LAYOUT = from_settings(Settings(signals={"top_score": SignalRange()}))
 HIST = LAYOUT.histograms["top_score"]
@@ -26,12 +26,7 @@ def _four_valued(rng: np.random.Generator, size) -> np.ndarray:
 
 
 def _cell(values: np.ndarray) -> Cell:
-    counts = np.zeros(LAYOUT.n_counts, np.int64)
-    sums = np.zeros(LAYOUT.n_sums)
-    np.add.at(counts, HIST.columns(values), 1)
-    counts[HIST.count_col] = len(values)
-    sums[HIST.sum_col], sums[HIST.sum_col + 1] = values.sum(), (values * values).sum()
-    return Cell(counts, sums, {})
+    return cell_of(LAYOUT, HIST, values)
 
 
 def test_references_read_a_shape_as_its_own_sampling_law_says():
@@ -64,10 +59,6 @@ def test_a_four_valued_spread_keeps_its_budget_where_the_known_reference_shift_d
         h = threshold(family, 20.0, budget)
         x = np.asarray(family.scores)[HIST.columns(_four_valued(rng, (chains, steps, 20)))
                                       - HIST.offset]
-        total, squares = x.sum(axis=2), (x * x).sum(axis=2)
-        n, t = np.full((chains, steps), 19.0), squares - total * total / 20.0
-        peaks = np.maximum.accumulate(det.glr_scan(family, n, t[..., None]), axis=1)
-        passage = (peaks <= h).sum(axis=1)
-        rates.append((passage < steps).sum() / np.minimum(passage + 1, steps).sum())
+        rates.append(renewal_rate(family, x, h, spread=True))
     ratio = 1.0 / np.mean(rates) / budget
     assert 0.7 < ratio < 1.3
