@@ -32,7 +32,7 @@ import numpy as np
 
 from monitor.detect import detectors as det
 from monitor.detect.streams import with_shape
-from monitor.detect.thresholds import threshold
+from monitor.detect.thresholds import extrapolated, threshold
 
 _CANDIDATES = 50  # Dirichlet draws per stratum, one kept
 
@@ -105,9 +105,7 @@ def bootstrapped_threshold(null: Bootstrapped, window_n: float, arl0: float,
     target = math.log(arl0)
     if target <= log_arls[-1]:
         return float(np.interp(target, log_arls, hs))
-    top = hs >= hs[-1] - 0.4 * (hs[-1] - hs[0])
-    slope = float(np.clip(np.polyfit(hs[top], log_arls[top], 1)[0], 0.5, 1.5))
-    return float(hs[-1] + (target - log_arls[-1]) / slope)
+    return max(float(hs[-1]), extrapolated(hs, log_arls, target, 0.5))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ from river import drift as river_drift
 from scipy import special, stats
 
 from monitor.detect import detectors as det
-from monitor.detect.thresholds import run_lengths
+from monitor.detect.thresholds import extrapolated, run_lengths
 
 W = 20
 ARL0 = 10_000
@@ -75,10 +75,9 @@ def _budget_threshold(family: det.NullModel) -> float:
     hs, arls, alarms = run_lengths(family, W, 3000, draws=40)
     ok = alarms >= 40
     log_arls = np.log(np.maximum.accumulate(arls[ok]))
-    slope = float(np.clip(np.polyfit(hs[ok][-8:], log_arls[-8:], 1)[0], 0.5, 1.5))
     target = math.log(ARL0 / W)
     return (float(np.interp(target, log_arls, hs[ok])) if target <= log_arls[-1]
-            else float(hs[ok][-1] + (target - log_arls[-1]) / slope))
+            else max(float(hs[ok][-1]), extrapolated(hs[ok], log_arls, target, 0.5)))
 
 
 def ragmon_onesample(sign: int) -> Callable[[np.ndarray], Step]:
