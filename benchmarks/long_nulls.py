@@ -14,6 +14,14 @@ on that measured curve.
     python benchmarks/long_nulls.py --key location --windows 6e7   (n_ref / window 100)
     python benchmarks/long_nulls.py --key spread --windows 5e7      (Gamma shape 10 a window)
     python benchmarks/long_nulls.py --key mix --categories 6 --windows 3e7
+    python benchmarks/long_nulls.py --key shape --shape fewvalued --stream top_score_spread
+        --direction down --windows 3e7
+
+`--key shape`: a null panel shape's stream (one reference of 2,000 traces drawn from the
+shape, binned and built as the worker does), whose threshold is its model's plus the
+shape's shift (measured to ~15,000 windows, carried beyond); the long run simulates
+the shape's own null (`empirical.Empirical`: windows drawn from the reference's
+histogram, each stream's reference too), so it checks that carry at long budgets.
 """
 
 from __future__ import annotations
@@ -22,17 +30,24 @@ import argparse
 import math
 import sys
 import time
+from collections.abc import Callable
 
+import cells
+import null_panel
 import numpy as np
 
 from monitor.detect import detectors as det
-from monitor.detect.thresholds import threshold
+from monitor.detect.empirical import Empirical
+from monitor.detect.streams import stream_specs, with_shape
+from monitor.detect.thresholds import empirical_key, threshold
 
 BUDGETS = (1e4, 3e4, 1e5, 1e6, 2.9e6, 5.8e6)
 
 
 def key_of(args: argparse.Namespace) -> tuple[det.NullModel, float]:
     """The calibration key and its window size (as `thresholds.calibration_key` makes them)."""
+    if args.key == "shape":
+        return shape_stream(args)[0], 20.0
     if args.key == "share":
         return det.Bernoulli(args.share, args.sign, 2000.0), 20.0
     if args.key == "location":
@@ -43,9 +58,35 @@ def key_of(args: argparse.Namespace) -> tuple[det.NullModel, float]:
     return det.Multinomial((1.0 / k,) * k, 500.0 * k), 50.0 * k
 
 
+def n_of(family: det.NullModel) -> Callable[[np.ndarray], np.ndarray]:
+    """What n the GLR sees for windows of n traces (the models: n itself)."""
+    return lambda n: n
+
+
+def shape_stream(args: argparse.Namespace) -> tuple[det.NullModel, Empirical, float]:
+    """(the stream's family, its shape's null, threshold units per key unit)."""
+    shape = next(s for s in null_panel.SHAPES if s.name == args.shape)
+    lay = cells.layout()
+    spec = next(s for s in stream_specs(lay)
+                if s.signal == args.stream and s.direction == args.direction)
+    ref = shape.draw(np.random.default_rng(args.seed), (null_panel.REF,))
+    built = spec.build(null_panel.cell_of(lay, shape, ref))
+    assert built is not None
+    family = with_shape(built[0], 20.0, None)
+    assert isinstance(family, det.GaussMean | det.GammaScale)
+    empirical = empirical_key(family, 20.0)
+    assert empirical is not None, "a shape the model holds: no shift to check"
+    scale = family.shape / empirical.shape if isinstance(family, det.GammaScale) else 1.0
+    return family, empirical, scale
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--key", choices=("share", "location", "spread", "mix"), default="share")
+    parser.add_argument("--key", choices=("share", "location", "spread", "mix", "shape"),
+                        default="share")
+    parser.add_argument("--shape", default="fewvalued", help="a null panel shape")
+    parser.add_argument("--stream", default="top_score_spread")
+    parser.add_argument("--direction", default="down")
     parser.add_argument("--share", type=float, default=0.005011872336272725)
     parser.add_argument("--sign", type=int, default=1)
     parser.add_argument("--categories", type=int, default=6)
@@ -53,25 +94,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--chains", type=int, default=200)
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--save", help="write the measured curve (hs, alarms, watched) here")
     args = parser.parse_args(argv)
     family, window = key_of(args)
-    hs = np.arange(12.0, 28.01, 0.25) if args.key == "mix" else np.arange(5.0, 17.01, 0.25)
+    simulated, seen_n, scale = family, n_of(family), 1.0
+    if args.key == "shape":
+        _, simulated, scale = shape_stream(args)
+        seen_n = simulated.window_n
+    hs = np.arange(5.0, 28.01, 0.25)
     rng = np.random.default_rng(args.seed)
     n = np.full(args.steps, window)
     alarms, watched, done, started = np.zeros(len(hs)), np.zeros(len(hs)), 0, time.time()
     while done < args.windows:
         peaks = np.maximum.accumulate(
-            det.glr_scan(family, n, family.sample(rng, n, args.chains)), axis=1)
+            det.glr_scan(simulated, seen_n(n), simulated.sample(rng, n, args.chains)), axis=1)
         for j, h in enumerate(hs):
             passage = (peaks <= h).sum(axis=1)
             alarms[j] += (passage < args.steps).sum()
             watched[j] += np.minimum(passage + 1, args.steps).sum()
         done += args.chains * args.steps
-    print(f"{family}, windows of {window:g}: {done:.3g} windows in {time.time() - started:.0f} s")
+    print(f"{simulated}, windows of {window:g}: {done:.3g} windows in "
+          f"{time.time() - started:.0f} s")
+    if args.save:
+        np.savez(args.save, hs=hs, alarms=alarms, watched=watched)
     seen = alarms >= 5
     log_arl = np.log(watched[seen] / alarms[seen])
     for budget in BUDGETS:
-        h = threshold(family, window, budget)
+        h = threshold(family, window, budget) / scale  # in the simulated statistic's units
         if h > hs[seen][-1]:
             print(f"B {budget:8.2e}  h {h:6.2f}  beyond what the run measured")
             continue

@@ -189,7 +189,7 @@ def extrapolated(hs: np.ndarray, log_arls: np.ndarray, target: float,
 
     The line's slope, read from a few dozen alarms, moves with the simulation's seed:
     against 5-8 x 10^7 simulated windows its thresholds at 10^5-5.8 x 10^6 windows gave
-    0.74-1.25x the budget (a 0.5% share's rise), 0.83-1.29x (location), 0.36-2.02x
+    0.74-1.25x the budget (a 0.5% share's rise), 0.75-1.29x (location), 0.36-2.02x
     (spread); this form 0.87-1.03x, 0.85-1.10x, 0.70-1.21x (RESULTS.md, "Extrapolated
     thresholds")."""
     if power is None:
