@@ -105,7 +105,7 @@ def bootstrapped_threshold(null: Bootstrapped, window_n: float, arl0: float,
     target = math.log(arl0)
     if target <= log_arls[-1]:
         return float(np.interp(target, log_arls, hs))
-    return max(float(hs[-1]), extrapolated(hs, log_arls, target, 0.5))
+    return extrapolated(hs, log_arls, target, 0.5)
 
 
 def main(argv: list[str] | None = None) -> int:

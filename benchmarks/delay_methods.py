@@ -77,7 +77,7 @@ def _budget_threshold(family: det.NullModel) -> float:
     log_arls = np.log(np.maximum.accumulate(arls[ok]))
     target = math.log(ARL0 / W)
     return (float(np.interp(target, log_arls, hs[ok])) if target <= log_arls[-1]
-            else max(float(hs[ok][-1]), extrapolated(hs[ok], log_arls, target, 0.5)))
+            else extrapolated(hs[ok], log_arls, target, 0.5))
 
 
 def ragmon_onesample(sign: int) -> Callable[[np.ndarray], Step]:

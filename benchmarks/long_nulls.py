@@ -30,7 +30,6 @@ import argparse
 import math
 import sys
 import time
-from collections.abc import Callable
 
 import cells
 import null_panel
@@ -46,8 +45,6 @@ BUDGETS = (1e4, 3e4, 1e5, 1e6, 2.9e6, 5.8e6)
 
 def key_of(args: argparse.Namespace) -> tuple[det.NullModel, float]:
     """The calibration key and its window size (as `thresholds.calibration_key` makes them)."""
-    if args.key == "shape":
-        return shape_stream(args)[0], 20.0
     if args.key == "share":
         return det.Bernoulli(args.share, args.sign, 2000.0), 20.0
     if args.key == "location":
@@ -56,11 +53,6 @@ def key_of(args: argparse.Namespace) -> tuple[det.NullModel, float]:
         return det.GammaScale(1.0, 0.5, args.sign, 2000.0), 20.0
     k = args.categories
     return det.Multinomial((1.0 / k,) * k, 500.0 * k), 50.0 * k
-
-
-def n_of(family: det.NullModel) -> Callable[[np.ndarray], np.ndarray]:
-    """What n the GLR sees for windows of n traces (the models: n itself)."""
-    return lambda n: n
 
 
 def shape_stream(args: argparse.Namespace) -> tuple[det.NullModel, Empirical, float]:
@@ -96,11 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--save", help="write the measured curve (hs, alarms, watched) here")
     args = parser.parse_args(argv)
-    family, window = key_of(args)
-    simulated, seen_n, scale = family, n_of(family), 1.0
+    simulated: det.NullModel
     if args.key == "shape":
-        _, simulated, scale = shape_stream(args)
-        seen_n = simulated.window_n
+        (family, simulated, scale), window = shape_stream(args), 20.0
+    else:
+        (family, window), scale = key_of(args), 1.0
+        simulated = family
+    seen_n = simulated.window_n if isinstance(simulated, Empirical) else (lambda n: n)
     hs = np.arange(5.0, 28.01, 0.25)
     rng = np.random.default_rng(args.seed)
     n = np.full(args.steps, window)

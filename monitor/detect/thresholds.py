@@ -168,7 +168,7 @@ def _model_threshold(family: NullModel, window_n: float, arl0: float) -> float:
             return float(hs[0])
         frac = (target - log_arls[i - 1]) / max(log_arls[i] - log_arls[i - 1], 1e-12)
         return float(hs[i - 1] + frac * (hs[i] - hs[i - 1]))
-    return max(float(hs[-1]), extrapolated(hs, log_arls, target, _power(key[0])))
+    return extrapolated(hs, log_arls, target, _power(key[0]))
 
 
 def _power(key: NullModel) -> float | None:
@@ -185,23 +185,23 @@ def extrapolated(hs: np.ndarray, log_arls: np.ndarray, target: float,
                   power: float | None) -> float:
     """The threshold at `target` (log ARL0) beyond the measured curve: on the asymptotic
     log ARL0 = h - power log h + c, c averaged over the curve's last 2.3 nats (Siegmund),
-    or where `power` is None on the line fitted to the curve's top 40%.
+    or where `power` is None on the line fitted to the curve's top 40%; never below it.
 
-    The line's slope, read from a few dozen alarms, moves with the simulation's seed:
-    against 5-8 x 10^7 simulated windows its thresholds at 10^5-5.8 x 10^6 windows gave
-    0.74-1.25x the budget (a 0.5% share's rise), 0.75-1.29x (location), 0.36-2.02x
-    (spread); this form 0.87-1.03x, 0.85-1.10x, 0.70-1.21x (RESULTS.md, "Extrapolated
-    thresholds")."""
+    The line's slope, read from a few dozen alarms, moves with the simulation's seed: on
+    5-8 x 10^7 simulated windows, at 10^5-5.8 x 10^6 it gave 0.74-1.25x the budget (a
+    0.5% share's rise), 0.75-1.29x (location), 0.36-2.02x (spread); this form 0.87-1.03x,
+    0.85-1.10x, 0.70-1.21x (RESULTS.md, "Extrapolated thresholds")."""
     if power is None:
         top = hs >= hs[-1] - 0.4 * (hs[-1] - hs[0])
         slope = np.polyfit(hs[top], log_arls[top], 1)[0] if top.sum() >= 3 else 1.0
-        return float(hs[-1] + (target - log_arls[-1]) / float(np.clip(slope, 0.5, 1.5)))
-    top = log_arls >= log_arls[-1] - 2.3
-    c = float(np.mean(log_arls[top] - hs[top] + power * np.log(hs[top])))
-    h = max(float(hs[-1]), power + 1.0)
-    for _ in range(50):  # h = target - c + power log h: a contraction where h > power
-        h = target - c + power * math.log(h)
-    return h
+        h = float(hs[-1] + (target - log_arls[-1]) / float(np.clip(slope, 0.5, 1.5)))
+    else:
+        top = log_arls >= log_arls[-1] - 2.3
+        c = float(np.mean(log_arls[top] - hs[top] + power * np.log(hs[top])))
+        h = max(float(hs[-1]), power + 1.0)
+        for _ in range(50):  # h = target - c + power log h: a contraction where h > power
+            h = target - c + power * math.log(h)
+    return max(float(hs[-1]), h)
 
 
 def calibration_key(family: NullModel, window_n: float) -> tuple[NullModel, float]:
