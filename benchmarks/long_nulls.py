@@ -72,30 +72,11 @@ def shape_stream(args: argparse.Namespace) -> tuple[det.NullModel, Empirical, fl
     return family, empirical, scale
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--key", choices=("share", "location", "spread", "mix", "shape"),
-                        default="share")
-    parser.add_argument("--shape", default="fewvalued", help="a null panel shape")
-    parser.add_argument("--stream", default="top_score_spread")
-    parser.add_argument("--direction", default="down")
-    parser.add_argument("--share", type=float, default=0.005011872336272725)
-    parser.add_argument("--sign", type=int, default=1)
-    parser.add_argument("--categories", type=int, default=6)
-    parser.add_argument("--windows", type=float, default=2e7)
-    parser.add_argument("--steps", type=int, default=10_000)
-    parser.add_argument("--chains", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument("--save", help="write the measured curve (hs, alarms, watched) here")
-    args = parser.parse_args(argv)
-    simulated: det.NullModel
-    if args.key == "shape":
-        (family, simulated, scale), window = shape_stream(args), 20.0
-    else:
-        (family, window), scale = key_of(args), 1.0
-        simulated = family
+def simulate(args: argparse.Namespace, simulated: det.NullModel, window: float
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(thresholds, alarms, windows watched) of `--windows` windows of the null."""
     seen_n = simulated.window_n if isinstance(simulated, Empirical) else (lambda n: n)
-    hs = np.arange(5.0, 28.01, 0.25)
+    hs = np.arange(5.0, 40.01, 0.25)
     rng = np.random.default_rng(args.seed)
     n = np.full(args.steps, window)
     alarms, watched, done, started = np.zeros(len(hs)), np.zeros(len(hs)), 0, time.time()
@@ -111,6 +92,37 @@ def main(argv: list[str] | None = None) -> int:
           f"{time.time() - started:.0f} s")
     if args.save:
         np.savez(args.save, hs=hs, alarms=alarms, watched=watched)
+    return hs, alarms, watched
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--key", choices=("share", "location", "spread", "mix", "shape"),
+                        default="share")
+    parser.add_argument("--shape", default="fewvalued", help="a null panel shape")
+    parser.add_argument("--stream", default="top_score_spread")
+    parser.add_argument("--direction", default="down")
+    parser.add_argument("--share", type=float, default=0.005011872336272725)
+    parser.add_argument("--sign", type=int, default=1)
+    parser.add_argument("--categories", type=int, default=6)
+    parser.add_argument("--windows", type=float, default=2e7)
+    parser.add_argument("--steps", type=int, default=10_000)
+    parser.add_argument("--chains", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--save", help="write the measured curve (hs, alarms, watched) here")
+    parser.add_argument("--load", help="read a curve --save wrote instead of simulating")
+    args = parser.parse_args(argv)
+    simulated: det.NullModel
+    if args.key == "shape":
+        (family, simulated, scale), window = shape_stream(args), 20.0
+    else:
+        (family, window), scale = key_of(args), 1.0
+        simulated = family
+    if args.load:
+        with np.load(args.load) as saved:
+            hs, alarms, watched = saved["hs"], saved["alarms"], saved["watched"]
+    else:
+        hs, alarms, watched = simulate(args, simulated, window)
     seen = alarms >= 5
     log_arl = np.log(watched[seen] / alarms[seen])
     for budget in BUDGETS:

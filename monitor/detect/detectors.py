@@ -48,8 +48,8 @@ from typing import Final, Literal, Protocol
 import numpy as np
 from scipy import special
 
-__all__ = ["LAGS", "Atoms", "Base", "Bernoulli", "Detector", "GammaScale", "GaussMean",
-           "Multinomial", "NullModel", "Scores", "Update", "glr_scan", "location",
+__all__ = ["LAGS", "RATIO_FLOOR", "Atoms", "Base", "Bernoulli", "Detector", "GammaScale",
+           "GaussMean", "Multinomial", "NullModel", "Scores", "Update", "glr_scan", "location",
            "normal_scores", "share_truths", "spread", "spread_sum", "strata"]
 
 # Candidate change points, in windows back from the newest: a geometric grid loses little
@@ -62,7 +62,7 @@ _TINY: Final = 1e-300
 # The smallest spread ratio a window is read as: a window whose values are all equal (a
 # signal with point masses, a small window) would otherwise give -log 0, a statistic
 # no threshold can hold; a tenth of the reference's standard deviation is change enough.
-_RATIO_FLOOR: Final = 1e-2
+RATIO_FLOOR: Final = 1e-2
 
 # A reference's own distribution, standardised: ((value, weight), ...) with weighted mean
 # 0 and variance 1 (`streams` makes it from a histogram; `empirical` simulates from it).
@@ -153,7 +153,7 @@ class GammaScale:
 
     def glr(self, n: np.ndarray, t: np.ndarray, base: Base = None) -> np.ndarray:
         nn = np.maximum(n, _TINY)
-        r = np.maximum(t[..., 0] / (nn * self.mean), _RATIO_FLOOR)
+        r = np.maximum(t[..., 0] / (nn * self.mean), RATIO_FLOOR)
         if not math.isfinite(self.n_ref):
             g = self.shape * nn * (r - 1.0 - np.log(r))
             return np.where(self.sign * (r - 1.0) > 0, g, 0.0)

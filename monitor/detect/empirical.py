@@ -59,7 +59,7 @@ class Empirical:
 
     def sample(self, rng: np.random.Generator, n: np.ndarray, draws: int,
                repeat: int = 1) -> np.ndarray:
-        values, weights = self._standardised()
+        values, weights = self.standardised()
         chains = draws * repeat
         size = np.broadcast_to(np.maximum(np.round(n), 1).astype(np.int64), (chains, len(n)))
         left = size.copy()
@@ -83,7 +83,7 @@ class Empirical:
         size = np.maximum(np.round(n), 1.0)
         return size if self.kind == "location" else size - 1.0
 
-    def _standardised(self) -> tuple[np.ndarray, np.ndarray]:
+    def standardised(self) -> tuple[np.ndarray, np.ndarray]:
         values = np.array([a[0] for a in self.atoms])
         weights = np.array([a[1] for a in self.atoms])
         weights = weights / weights.sum()

@@ -17,13 +17,10 @@ a CUSUM), with c read off the longest measured run lengths (`extrapolated`).
 
 The null model of a location or spread stream is Gaussian or Gamma; real signals are
 not. Their thresholds add the shift the reference's own distribution makes
-(`shape_shift`): the model's threshold and one simulated from the reference's histogram
-(`empirical.Empirical`, references of the stream's size drawn from that histogram too),
-both two-sample and measured as far as the shape's simulation reaches (~15,000 windows),
-differ by a shift that is added to the model's threshold (which carries the
-extrapolation to long budgets). A share's model is exact (a Bernoulli count, its truth
-drawn from the reference count's confidence law, `detectors.share_truths`); a
-reference of exactly 0% is keyed on its own.
+(`shape_shift`), simulated from the reference's histogram (`empirical.Empirical`) to
+~15,000 windows and carried beyond (a spread drop: at least its shape's tail, `tails`).
+A share's model is exact (a Bernoulli count, its truth drawn from the reference count's
+confidence law, `detectors.share_truths`); a reference of exactly 0% is keyed on its own.
 
 A family's time budget (one false alarm per `days` for all its streams) is shared
 evenly: each of `streams` streams gets ARL0 = streams * days * 86400 / window_seconds
@@ -47,6 +44,7 @@ from typing import Final, cast
 
 import numpy as np
 
+from monitor.detect import tails
 from monitor.detect.detectors import (
     Bernoulli,
     GammaScale,
@@ -101,25 +99,26 @@ def shape_shift(family: GaussMean | GammaScale, window_n: float, arl0: float) ->
     traces drawn from its bins, and each simulated stream's reference of the stream's
     size drawn from them too) minus the model's, both two-sample, at `arl0` or as far as
     the shape's simulation measured ARL0 directly (~15,000 windows), whichever is
-    nearer; the model's curve carries the rest. (With the reference known exactly, until
-    calibration version 3, four-valued and saturated shapes read 0.62-1.7x their budget:
-    a shape also moves how well a reference reads its mean and variance.) Skipped where
-    the model holds: location when the window sum's skew and kurtosis are negligible,
-    spread in windows of >= 2,000."""
+    nearer; the model's curve carries the rest. Beyond that a spread drop is held to at
+    least its shape's own tail (`tails`: lumpy shapes page far more there than carried).
+    Skipped where the model holds: location when the window sum's skew and kurtosis are
+    negligible, spread in windows of >= 2,000."""
     empirical = empirical_key(family, window_n)
     if empirical is None:
         return 0.0
     n = _shape_window(window_n)
-    # Measured where the shape's simulation reaches, carried unchanged beyond (its own
-    # slope extrapolated 0.3-0.5 nat off at 5,000 windows; RESULTS.md, session 21).
-    reach = math.exp(float(_curve(*calibration_key(empirical, n))[1][-1]))
-    at = min(max(arl0, 2.0), reach)
+    hs, log_arls = _curve(*calibration_key(empirical, n))
+    at = min(max(arl0, 2.0), math.exp(float(log_arls[-1])))
     # A spread key's Gamma shape is snapped (`empirical_key`); the statistic is the shape
     # times a function of the window's variance ratio, so on the same simulated windows
     # the threshold scales with the shape exactly.
     scale = family.shape / empirical.shape if isinstance(family, GammaScale) else 1.0
     model = replace(family, atoms=None)
-    return scale * _model_threshold(empirical, n, at) - _model_threshold(model, n, at)
+    shift = scale * _model_threshold(empirical, n, at) - _model_threshold(model, n, at)
+    if arl0 > at and empirical.kind == "spread" and empirical.sign < 0:
+        beyond = scale * tails.threshold_beyond(empirical, n, hs, log_arls, math.log(arl0))
+        shift = max(shift, beyond - _model_threshold(model, n, arl0))
+    return shift
 
 
 def _shape_window(window_n: float) -> float:

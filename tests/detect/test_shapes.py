@@ -36,7 +36,7 @@ def test_references_read_a_shape_as_its_own_sampling_law_says():
     rng = np.random.default_rng(4)
     for kind in ("location", "spread"):
         shape = Empirical(kind, FOUR, 1, n_ref=2000.0)
-        values, weights = shape._standardised()
+        values, weights = shape.standardised()
         mean, var = shape._references(rng, values, weights, draws=400, repeat=1)
         assert abs(np.var(mean) * 2000 - 1.0) < 0.25
         assert abs(np.var(var) * 2000 - 0.64) < 0.2

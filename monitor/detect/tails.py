@@ -1,0 +1,139 @@
+"""A lumpy shape's spread-down tail, at budgets no simulation of the shape reaches.
+
+A spread stream's threshold is its model's plus the shift its reference's shape makes,
+simulated (`empirical.Empirical`) to ~15,000 windows and carried beyond. Scores with few
+distinct values, or a point mass, break that carry when watched for a drop: a window
+whose traces fall on one or two neighbouring values reads a variance far below the
+reference's, far more often than the Gamma model of the reference's kurtosis allows.
+At production budgets (10^5-10^7 windows a stream) such single windows set the
+false-alarm rate: four distinct values paged 5-10x their budget at 10^6-5.8 x 10^6
+windows (benchmarks/RESULTS.md, "Lumpy spread down").
+
+So that tail is computed here rather than simulated: the law of one window's sum of
+squares, importance-sampled from the shape (windows drawn from the shape tilted towards
+each of its values, so that windows of near-equal values are seen however rare, and
+weighted back); its sums over the detector's lags by convolution; and for each
+threshold h the union over lags of P(G_lag > h), one-sample (the reference taken as
+exact). Where single windows dominate, that union is the false-alarm rate up to a
+constant factor, which `threshold_beyond` reads off the shape's simulated curve.
+
+    >>> threshold_beyond(key, 20.0, hs, log_arls, math.log(1e6))  # doctest: +SKIP
+    20.1
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from monitor.detect.detectors import LAGS, RATIO_FLOOR
+from monitor.detect.empirical import Empirical
+
+__all__ = ["exponent", "threshold_beyond"]
+
+_WINDOWS = 100_000  # windows importance-sampled from the shape
+_CELLS = 1_000      # grid cells of a window's sum of squares per unit of variance ratio
+_SPAN = 2           # a window's sum of squares is kept up to this many times its mean
+_TILTS = (0.5, 2.0, 8.0)  # strengths of the pull towards a value (standardised units)
+_CENTRES = 12       # values pulled towards, at quantiles of the shape's values
+_STEP = 0.02        # the threshold grid's step
+_TOP = 150.0        # and its end: beyond it no budget a stream is given reaches
+
+
+def threshold_beyond(key: Empirical, window_n: float, hs: np.ndarray, log_arls: np.ndarray,
+                     target: float) -> float:
+    """The threshold at `target` (log ARL0) of a spread-down key beyond its simulated curve
+    (`hs`, `log_arls`); never below the curve's top.
+
+    The union over lags counts an excursion once for every lag that sees it, the largest
+    lag's term once in all: the false-alarm rate lies between them, nearer the largest
+    term where single windows dominate. So log ARL0 = union + k (largest - union), k
+    read off the curve's last 2.3 nats (clipped to [0, 1]); where the curve lies below
+    even the union, the union lowered by that much."""
+    grid, union, largest = exponent(key, window_n)
+    top = log_arls >= log_arls[-1] - 2.3
+    at = np.minimum(np.searchsorted(grid, hs[top]), len(grid) - 1)
+    finite = np.isfinite(largest[at])
+    if not finite.any():
+        return float(hs[-1])
+    gap = float(np.mean(log_arls[top][finite] - union[at][finite]))
+    room = float(np.mean(largest[at][finite] - union[at][finite]))
+    with np.errstate(invalid="ignore"):
+        log_arl = (union + gap if gap <= 0.0
+                   else union + min(gap / max(room, 1e-9), 1.0) * (largest - union))
+    reached = (grid >= hs[-1]) & (log_arl >= target)
+    return float(grid[reached][0]) if reached.any() else float(grid[-1])
+
+
+@lru_cache(maxsize=256)
+def exponent(key: Empirical, window_n: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(thresholds h, -log of the sum over lags of P(G_lag > h), -log of the largest) for a
+    spread key watched for a drop, one-sample, on a grid of h (inf where no lag reaches h)."""
+    n = max(2, round(window_n))
+    m = n - 1.0  # the degrees of freedom a window gives the GLR
+    pmf = _window_law(key, n, m)
+    spectra: dict[int, np.ndarray] = {}
+    ratios = np.geomspace(RATIO_FLOOR, 1.0, 4_000)
+    phi = ratios - 1.0 - np.log(ratios)  # decreasing in the ratio
+    grid = np.arange(0.0, _TOP, _STEP)
+    rate, largest = np.zeros(len(grid)), np.zeros(len(grid))
+    for lag in LAGS:
+        cells = int(lag) * _CELLS  # the sum over the lag up to its mean (ratio 1)
+        size = _fft_size(len(pmf) * int(lag))  # the whole sum's support: no wrap-around
+        if size not in spectra:
+            spectra[size] = np.fft.rfft(pmf, size)
+        law = np.maximum(np.fft.irfft(spectra[size] ** int(lag), size)[:cells + 1], 0.0)
+        cdf = np.cumsum(law)
+        per_df = grid / (key.shape * lag * m)
+        reach = per_df <= phi[0]  # a window is read at a ratio of at least the floor
+        ratio = np.interp(per_df, phi[::-1], ratios[::-1])
+        index = np.minimum((ratio * cells).astype(np.int64), cells)
+        p = np.where(reach, cdf[index], 0.0)
+        rate += p
+        np.maximum(largest, p, out=largest)
+    with np.errstate(divide="ignore"):
+        return grid, -np.log(np.minimum(rate, 1.0)), -np.log(np.minimum(largest, 1.0))
+
+
+def _window_law(key: Empirical, n: int, m: float) -> np.ndarray:
+    """The law of one window's sum of squares around its mean (variance 1), on cells of
+    1 / `_CELLS` of its degrees of freedom up to `_SPAN` times them: importance-sampled
+    from a mixture of the shape itself (half) and the shape tilted towards each of
+    `_CENTRES` of its values, weighted back by the likelihood ratio (the multinomial
+    coefficient cancels)."""
+    rng = np.random.default_rng(0)
+    values, weights = key.standardised()
+    centres = np.quantile(np.sort(values), np.linspace(0.0, 1.0, _CENTRES), method="nearest")
+    pulled = [weights * np.exp(-tilt * (values - c) ** 2) for c in centres for tilt in _TILTS]
+    laws = np.array([weights] + [p / p.sum() for p in pulled])
+    mix = np.r_[0.5, np.full(len(pulled), 0.5 / len(pulled))]
+    counts = _counts(rng, n, laws[rng.choice(len(mix), _WINDOWS, p=mix)])
+    log_laws = counts @ np.log(np.maximum(laws, 1e-300)).T
+    peak = log_laws.max(axis=1)
+    log_mix = peak + np.log(np.exp(log_laws - peak[:, None]) @ mix)
+    weight = np.exp(counts @ np.log(np.maximum(weights, 1e-300)) - log_mix)
+    squares = np.maximum(counts @ (values * values) - (counts @ values) ** 2 / n, 0.0)
+    cells = (squares / m * _CELLS).astype(np.int64)
+    kept = cells <= _SPAN * _CELLS
+    pmf = np.bincount(cells[kept], weight[kept], _SPAN * _CELLS + 1)
+    return np.asarray(pmf / max(weight.sum(), 1e-300))
+
+
+def _counts(rng: np.random.Generator, n: int, laws: np.ndarray) -> np.ndarray:
+    """One window of `n` traces per row of `laws` (rows, values): counts per value, drawn
+    as a chain of binomials down the values."""
+    left = np.full(len(laws), n, np.int64)
+    rest = np.ones(len(laws))
+    counts = np.zeros(laws.shape, np.int64)
+    for j in range(laws.shape[1]):
+        share = np.where(rest > 0.0, laws[:, j] / np.maximum(rest, 1e-300), 1.0)
+        counts[:, j] = rng.binomial(left, np.clip(share, 0.0, 1.0))
+        left -= counts[:, j]
+        rest -= laws[:, j]
+    counts[:, -1] += left  # what rounding left over
+    return counts
+
+
+def _fft_size(length: int) -> int:
+    return 1 << (length - 1).bit_length()
