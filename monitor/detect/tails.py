@@ -32,7 +32,7 @@ from monitor.detect.empirical import Empirical
 
 __all__ = ["exponent", "threshold_beyond"]
 
-_WINDOWS = 100_000  # windows importance-sampled from the shape
+_WINDOWS = 60_000   # windows importance-sampled from the shape
 _CELLS = 1_000      # grid cells of a window's sum of squares per unit of variance ratio
 _SPAN = 2           # a window's sum of squares is kept up to this many times its mean
 _TILTS = (0.5, 2.0, 8.0)  # strengths of the pull towards a value (standardised units)
@@ -108,7 +108,8 @@ def _window_law(key: Empirical, n: int, m: float) -> np.ndarray:
     pulled = [weights * np.exp(-tilt * (values - c) ** 2) for c in centres for tilt in _TILTS]
     laws = np.array([weights] + [p / p.sum() for p in pulled])
     mix = np.r_[0.5, np.full(len(pulled), 0.5 / len(pulled))]
-    counts = _counts(rng, n, laws[rng.choice(len(mix), _WINDOWS, p=mix)])
+    counts = np.concatenate([rng.multinomial(n, laws[i], size=k)
+                             for i, k in enumerate(rng.multinomial(_WINDOWS, mix)) if k])
     log_laws = counts @ np.log(np.maximum(laws, 1e-300)).T
     peak = log_laws.max(axis=1)
     log_mix = peak + np.log(np.exp(log_laws - peak[:, None]) @ mix)
@@ -118,21 +119,6 @@ def _window_law(key: Empirical, n: int, m: float) -> np.ndarray:
     kept = cells <= _SPAN * _CELLS
     pmf = np.bincount(cells[kept], weight[kept], _SPAN * _CELLS + 1)
     return np.asarray(pmf / max(weight.sum(), 1e-300))
-
-
-def _counts(rng: np.random.Generator, n: int, laws: np.ndarray) -> np.ndarray:
-    """One window of `n` traces per row of `laws` (rows, values): counts per value, drawn
-    as a chain of binomials down the values."""
-    left = np.full(len(laws), n, np.int64)
-    rest = np.ones(len(laws))
-    counts = np.zeros(laws.shape, np.int64)
-    for j in range(laws.shape[1]):
-        share = np.where(rest > 0.0, laws[:, j] / np.maximum(rest, 1e-300), 1.0)
-        counts[:, j] = rng.binomial(left, np.clip(share, 0.0, 1.0))
-        left -= counts[:, j]
-        rest -= laws[:, j]
-    counts[:, -1] += left  # what rounding left over
-    return counts
 
 
 def _fft_size(length: int) -> int:
