@@ -13,9 +13,10 @@ So that tail is computed here rather than simulated: the law of one window's sum
 squares, importance-sampled from the shape (windows drawn from the shape tilted towards
 each of its values, so that windows of near-equal values are seen however rare, and
 weighted back); its sums over the detector's lags by convolution; and for each
-threshold h the union over lags of P(G_lag > h), one-sample (the reference taken as
-exact). Where single windows dominate, that union is the false-alarm rate up to a
-constant factor, which `threshold_beyond` reads off the shape's simulated curve.
+threshold h the union over lags of P(G_lag > h) and its largest term, one-sample (the
+reference taken as exact). The false-alarm rate lies between the two, nearer the largest
+term where single windows dominate; `threshold_beyond` reads where from the shape's
+simulated curve.
 
     >>> threshold_beyond(key, 20.0, hs, log_arls, math.log(1e6))  # doctest: +SKIP
     20.1
@@ -59,9 +60,10 @@ def threshold_beyond(key: Empirical, window_n: float, hs: np.ndarray, log_arls: 
         return float(hs[-1])
     gap = float(np.mean(log_arls[top][finite] - union[at][finite]))
     room = float(np.mean(largest[at][finite] - union[at][finite]))
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore"):  # inf - inf where no lag reaches h: never
         log_arl = (union + gap if gap <= 0.0
                    else union + min(gap / max(room, 1e-9), 1.0) * (largest - union))
+    log_arl[np.isinf(union)] = np.inf
     reached = (grid >= hs[-1]) & (log_arl >= target)
     return float(grid[reached][0]) if reached.any() else float(grid[-1])
 
