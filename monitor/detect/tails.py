@@ -40,6 +40,7 @@ _TILTS = (0.5, 2.0, 8.0)  # strengths of the pull towards a value (standardised 
 _CENTRES = 12       # values pulled towards, at quantiles of the shape's values
 _STEP = 0.02        # the threshold grid's step
 _TOP = 150.0        # and its end: beyond it no budget a stream is given reaches
+_GRID = np.arange(0.0, _TOP, _STEP)
 
 
 def threshold_beyond(key: Empirical, window_n: float, hs: np.ndarray, log_arls: np.ndarray,
@@ -68,7 +69,7 @@ def threshold_beyond(key: Empirical, window_n: float, hs: np.ndarray, log_arls: 
     return float(grid[reached][0]) if reached.any() else float(grid[-1])
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=128)  # ~120 KB each
 def exponent(key: Empirical, window_n: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(thresholds h, -log of the sum over lags of P(G_lag > h), -log of the largest) for a
     spread key watched for a drop, one-sample, on a grid of h (inf where no lag reaches h)."""
@@ -78,7 +79,7 @@ def exponent(key: Empirical, window_n: float) -> tuple[np.ndarray, np.ndarray, n
     spectra: dict[int, np.ndarray] = {}
     ratios = np.geomspace(RATIO_FLOOR, 1.0, 4_000)
     phi = ratios - 1.0 - np.log(ratios)  # decreasing in the ratio
-    grid = np.arange(0.0, _TOP, _STEP)
+    grid = _GRID
     rate, largest = np.zeros(len(grid)), np.zeros(len(grid))
     for lag in LAGS:
         cells = int(lag) * _CELLS  # the sum over the lag up to its mean (ratio 1)
