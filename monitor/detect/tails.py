@@ -41,6 +41,7 @@ _CENTRES = 12       # values pulled towards, at quantiles of the shape's values
 _STEP = 0.02        # the threshold grid's step
 _TOP = 150.0        # and its end: beyond it no budget a stream is given reaches
 _GRID = np.arange(0.0, _TOP, _STEP)
+_GRID.flags.writeable = False  # shared by every key's tail
 
 
 def threshold_beyond(key: Empirical, window_n: float, hs: np.ndarray, log_arls: np.ndarray,
