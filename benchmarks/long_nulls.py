@@ -85,6 +85,8 @@ def simulate(args: argparse.Namespace, simulated: det.NullModel, window: float
     alarms, watched, rates = np.zeros(len(hs)), np.zeros(len(hs)), np.zeros(len(hs))
     done, draws, started = 0, 0, time.time()
     while done < args.windows:
+        if args.poisson:  # window sizes as a stream's traffic gives them (a batch's own)
+            n = np.maximum(rng.poisson(window, args.steps), 2).astype(np.float64)
         peaks = np.maximum.accumulate(det.glr_scan(
             simulated, seen_n(n), simulated.sample(rng, n, args.chains, args.repeat)), axis=1)
         for j, h in enumerate(hs):
@@ -117,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--chains", type=int, default=200, help="references drawn a batch")
     parser.add_argument("--repeat", type=int, default=1, help="streams a drawn reference")
+    parser.add_argument("--poisson", action="store_true",
+                        help="Poisson window sizes around the window (fixed: a staircase)")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--save", help="write the measured curve (hs, alarms, watched) here")
     parser.add_argument("--load", help="read a curve --save wrote instead of simulating")
