@@ -76,7 +76,7 @@ def exponent(key: Empirical, window_n: float) -> tuple[np.ndarray, np.ndarray, n
     spread key watched for a drop, one-sample, on a grid of h (inf where no lag reaches h)."""
     n = max(2, round(window_n))
     m = n - 1.0  # the degrees of freedom a window gives the GLR
-    pmf = _window_law(key, n, m)
+    pmf = _window_law(key, n)
     spectra: dict[int, np.ndarray] = {}
     ratios = np.geomspace(RATIO_FLOOR, 1.0, 4_000)
     phi = ratios - 1.0 - np.log(ratios)  # decreasing in the ratio
@@ -100,7 +100,7 @@ def exponent(key: Empirical, window_n: float) -> tuple[np.ndarray, np.ndarray, n
         return grid, -np.log(np.minimum(rate, 1.0)), -np.log(np.minimum(largest, 1.0))
 
 
-def _window_law(key: Empirical, n: int, m: float) -> np.ndarray:
+def _window_law(key: Empirical, n: int) -> np.ndarray:
     """The law of one window's sum of squares around its mean (variance 1), on cells of
     1 / `_CELLS` of its degrees of freedom up to `_SPAN` times them: importance-sampled
     from a mixture of the shape itself (half) and the shape tilted towards each of
@@ -119,7 +119,7 @@ def _window_law(key: Empirical, n: int, m: float) -> np.ndarray:
     log_mix = peak + np.log(np.exp(log_laws - peak[:, None]) @ mix)
     weight = np.exp(counts @ np.log(np.maximum(weights, 1e-300)) - log_mix)
     squares = np.maximum(counts @ (values * values) - (counts @ values) ** 2 / n, 0.0)
-    cells = (squares / m * _CELLS).astype(np.int64)
+    cells = (squares / (n - 1.0) * _CELLS).astype(np.int64)
     kept = cells <= _SPAN * _CELLS
     pmf = np.bincount(cells[kept], weight[kept], _SPAN * _CELLS + 1)
     return np.asarray(pmf / max(weight.sum(), 1e-300))
