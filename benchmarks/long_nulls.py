@@ -86,7 +86,7 @@ def simulate(args: argparse.Namespace, simulated: det.NullModel, window: float
     done, draws, started = 0, 0, time.time()
     while done < args.windows:
         if args.poisson:  # window sizes as a stream's traffic gives them (a batch's own)
-            n = np.maximum(rng.poisson(window, args.steps), 2).astype(np.float64)
+            n = rng.poisson(window, args.steps).astype(np.float64)
         peaks = np.maximum.accumulate(det.glr_scan(
             simulated, seen_n(n), simulated.sample(rng, n, args.chains, args.repeat)), axis=1)
         for j, h in enumerate(hs):

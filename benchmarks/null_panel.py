@@ -25,7 +25,10 @@ A degenerate stream that cannot move in a direction has no detector there (repor
 "none"); where it can move, any change away from the degenerate value alarms.
 
     python benchmarks/null_panel.py [--window 20] [--budgets 500,5000] [--references 40]
-        [--only beta25] [--json FILE]
+        [--only beta25] [--json FILE] [--poisson]
+
+Windows hold exactly `--window` traces, or with `--poisson` a Poisson number around it as
+a stream's traffic gives them (the shapes' calibration simulates those, version 4).
 """
 
 from __future__ import annotations
@@ -140,9 +143,12 @@ def cell_of(lay: Layout, shape: Shape, values: np.ndarray) -> Cell:
     return cells.cell_of(lay, shape.signal, values)
 
 
-def window_sizes(shape: Shape, window: int, steps: int) -> np.ndarray:
+def window_sizes(shape: Shape, window: int, steps: int, rng: np.random.Generator | None = None
+                 ) -> np.ndarray:
+    """Traces a window, one draw shared by a reference's streams: `window` each, Poisson
+    around it with `rng` (as a stream's traffic gives them), or the daily cycle's."""
     if not shape.cycle:
-        return np.full(steps, window)
+        return np.full(steps, window) if rng is None else rng.poisson(window, steps)
     day = 1_440  # one-minute windows
     swing = 1.0 + 0.6 * np.sin(2 * np.pi * np.arange(steps) / day)
     return np.maximum(1, np.round(window * swing)).astype(np.int64)
@@ -225,8 +231,10 @@ def reference_draws(shape: Shape, references: int,
 
 
 def measured(shape: Shape, spec: Spec, lay: Layout, window: int, budget: float,
-             references: int, rng: np.random.Generator) -> dict[str, float]:
-    """Measured ARL0 (windows) of one stream kind over `references` references."""
+             references: int, rng: np.random.Generator, poisson: bool = False
+             ) -> dict[str, float]:
+    """Measured ARL0 (windows) of one stream kind over `references` references (window
+    sizes Poisson with `poisson`)."""
     steps, chains = watch_plan(budget)
     rates, weights, alarms, thresholds = [], [], 0, []
     none = 0
@@ -235,7 +243,7 @@ def measured(shape: Shape, spec: Spec, lay: Layout, window: int, budget: float,
         if built is None:
             none += 1
             continue
-        sizes = window_sizes(shape, window, steps)
+        sizes = window_sizes(shape, window, steps, rng if poisson else None)
         family = at_budget(with_shape(built[0], float(sizes.mean()), None), budget)
         h = threshold(family, float(sizes.mean()), budget)
         thresholds.append(h)
@@ -261,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="comma-separated shape names")
     parser.add_argument("--json", help="write results here")
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--poisson", action="store_true",
+                        help="window sizes Poisson around --window, as traffic gives them")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     lay = cells.layout()
@@ -277,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             for budget in budgets:
                 started = time.perf_counter()
-                row = measured(shape, spec, lay, args.window, budget, args.references, rng)
+                row = measured(shape, spec, lay, args.window, budget, args.references, rng,
+                               args.poisson)
                 row.update(shape=shape.name, signal=spec.signal, direction=spec.direction,
                            window=args.window, budget=budget,
                            seconds=round(time.perf_counter() - started, 1))

@@ -61,7 +61,7 @@ class Empirical:
                repeat: int = 1) -> np.ndarray:
         values, weights = self.standardised()
         chains = draws * repeat
-        size = np.broadcast_to(np.maximum(np.round(n), 1).astype(np.int64), (chains, len(n)))
+        size = np.broadcast_to(np.maximum(np.round(n), 0).astype(np.int64), (chains, len(n)))
         left = size.copy()
         total = np.zeros(size.shape)
         squares = np.zeros(size.shape)
@@ -76,12 +76,14 @@ class Empirical:
         mean, var = self._references(rng, values, weights, draws, repeat)
         if self.kind == "location":
             return np.asarray((total - size * mean) / np.sqrt(var))[..., None]
-        return np.asarray(np.maximum(squares - total * total / size, 0.0) / var)[..., None]
+        return np.asarray(np.maximum(squares - total * total / np.maximum(size, 1), 0.0)
+                          / var)[..., None]
 
     def window_n(self, n: np.ndarray) -> np.ndarray:
-        """The n the GLR sees for windows of `n` traces (spread: degrees of freedom)."""
-        size = np.maximum(np.round(n), 1.0)
-        return size if self.kind == "location" else size - 1.0
+        """The n the GLR sees for windows of `n` traces (spread: degrees of freedom; a
+        window of fewer than 2 traces reads no spread, `spread_sum`)."""
+        size = np.maximum(np.round(n), 0.0)
+        return size if self.kind == "location" else np.maximum(size - 1.0, 0.0)
 
     def standardised(self) -> tuple[np.ndarray, np.ndarray]:
         values = np.array([a[0] for a in self.atoms])

@@ -67,11 +67,11 @@ _KNOWN_STEPS, _KNOWN_CHAINS = 1_000, 120  # a shape with its reference known exa
 # simulates changes (a detector's statistic, a null model's sampling, `run_lengths`,
 # `_simulate`, the seed): cached and shipped curves then no longer match, and the
 # shipped set is made again (`python -m monitor.detect.ship ship`). Comments,
-# docstrings and refactors that leave the output alone keep it.
-# `tests/detect/test_thresholds_cache.py` recomputes a sample of shipped keys and fails if
-# their curves moved under the same version.
-# 2: share truths from a count's one-sided confidence law; 3: shapes simulated two-sample.
-CALIBRATION_VERSION: Final = 3
+# docstrings and refactors that leave the output alone keep it (a test fails if a sample
+# of shipped curves moved under the same version: tests/detect/test_thresholds_cache.py).
+# 2: share truths from a count's one-sided confidence law; 3: shapes simulated
+# two-sample; 4: shapes simulated on Poisson window sizes, as traffic gives them.
+CALIBRATION_VERSION: Final = 4
 # Calibrations shipped with the package (`ship`): the default layout's keys, so that a
 # fresh install arms its streams without simulating first. Read after the cache folder.
 SHIPPED: Final = Path(__file__).with_name("calibrations")
@@ -295,11 +295,9 @@ def _simulate(family: NullModel, window_n: float) -> tuple[np.ndarray, np.ndarra
 
 
 def _cache_path(family: NullModel, window_n: float) -> Path | None:
-    """Where a calibration is kept between processes: the simulation is deterministic
-    (seed 0) and takes seconds to a minute per key, so a restarted worker, a replay and a
-    test run reuse it. Named by the key and `CALIBRATION_VERSION`.
-    RAGMON_CALIBRATION_CACHE names the folder (default ~/.cache/ragmon/thresholds);
-    "off" turns it off."""
+    """Where a calibration is kept between processes (the simulation is deterministic,
+    seed 0, and takes seconds to a minute per key), named by the key and the version:
+    RAGMON_CALIBRATION_CACHE (default ~/.cache/ragmon/thresholds; "off": none)."""
     folder = os.environ.get("RAGMON_CALIBRATION_CACHE", "")
     if folder == "off":
         return None
@@ -347,6 +345,8 @@ def run_lengths(family: NullModel, window_n: float, steps: int, draws: int = 20,
     """Simulated ARL0 (windows) on a grid of thresholds: (thresholds, arl0, alarms seen)."""
     rng = np.random.default_rng(seed)
     n = np.full(steps, float(window_n))
+    if isinstance(family, Empirical):  # a shape's windows vary in size as traffic does
+        n = rng.poisson(window_n, steps).astype(np.float64)
     seen = family.window_n(n) if isinstance(family, Empirical) else n
     peaks = np.maximum.accumulate(
         glr_scan(family, seen, family.sample(rng, n, draws, repeat)), axis=1)
