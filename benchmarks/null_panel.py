@@ -25,7 +25,7 @@ A degenerate stream that cannot move in a direction has no detector there (repor
 "none"); where it can move, any change away from the degenerate value alarms.
 
     python benchmarks/null_panel.py [--window 20] [--budgets 500,5000] [--references 40]
-        [--only beta25] [--json FILE] [--poisson]
+        [--only beta25] [--signals top_score_spread] [--json FILE] [--poisson]
 
 Windows hold exactly `--window` traces, or with `--poisson` a Poisson number around it as
 a stream's traffic gives them (the shapes' calibration simulates those, version 4).
@@ -267,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budgets", default="500,5000", help="ARL0 budgets, in windows")
     parser.add_argument("--references", type=int, default=40)
     parser.add_argument("--only", help="comma-separated shape names")
+    parser.add_argument("--signals", help="comma-separated stream signals (top_score_spread)")
     parser.add_argument("--json", help="write results here")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--poisson", action="store_true",
@@ -283,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         for spec in specs:
             base = spec.signal.removesuffix("_spread")
-            if base != shape.signal:
+            wanted = args.signals is None or spec.signal in args.signals.split(",")
+            if base != shape.signal or not wanted:
                 continue
             for budget in budgets:
                 started = time.perf_counter()
