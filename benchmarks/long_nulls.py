@@ -85,8 +85,9 @@ def simulate(args: argparse.Namespace, simulated: det.NullModel, window: float
     alarms, watched, rates = np.zeros(len(hs)), np.zeros(len(hs)), np.zeros(len(hs))
     done, draws, started = 0, 0, time.time()
     while done < args.windows:
-        if args.poisson:  # window sizes as a stream's traffic gives them (a batch's own)
-            n = rng.poisson(window, args.steps).astype(np.float64)
+        if args.poisson:  # window sizes as a stream's traffic gives them: each stream's
+            # own (one draw shared by a batch's streams made their alarms cluster)
+            n = rng.poisson(window, (args.chains * args.repeat, args.steps)).astype(np.float64)
         peaks = np.maximum.accumulate(det.glr_scan(
             simulated, seen_n(n), simulated.sample(rng, n, args.chains, args.repeat)), axis=1)
         for j, h in enumerate(hs):

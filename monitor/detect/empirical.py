@@ -61,7 +61,8 @@ class Empirical:
                repeat: int = 1) -> np.ndarray:
         values, weights = self.standardised()
         chains = draws * repeat
-        size = np.broadcast_to(np.maximum(np.round(n), 0).astype(np.int64), (chains, len(n)))
+        size = np.broadcast_to(np.maximum(np.round(n), 0).astype(np.int64),
+                               (chains, np.shape(n)[-1]))  # n: (L,) or (chains, L)
         left = size.copy()
         total = np.zeros(size.shape)
         squares = np.zeros(size.shape)
