@@ -32,7 +32,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from monitor.detect.detectors import LAGS, RATIO_FLOOR
+from monitor.detect.detectors import LAGS, RATIO_FLOOR, GammaScale
 from monitor.detect.empirical import Empirical
 
 __all__ = ["exponent", "threshold_beyond"]
@@ -130,8 +130,7 @@ def _first_lag(key: Empirical, window_n: float) -> np.ndarray:
     squares, weight = _sampled(key, sizes[drawn], rng)
     weight = weight * (poisson / proposal)[drawn]
     df = sizes[drawn] - 1.0
-    ratio = np.maximum(squares / df, RATIO_FLOOR)
-    g = np.where(ratio < 1.0, key.shape * df * (ratio - 1.0 - np.log(ratio)), 0.0)
+    g = GammaScale(1.0, key.shape, -1).glr(df, squares[:, None])  # one-sample, as `exponent`
     order = np.argsort(g)
     above = np.cumsum(weight[order][::-1])[::-1] / len(g)  # P(G >= g[order][i])
     at = np.searchsorted(g[order], _GRID, side="right")
