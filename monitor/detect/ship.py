@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from monitor.detect import thresholds
 
-__all__ = ["main", "regenerate"]
+__all__ = ["copy", "made_here", "main", "regenerate"]
 
 ROOT = Path(__file__).resolve().parents[2]
 # (what, command): each run with RAGMON_CALIBRATION_CACHE set to the one cache.
@@ -58,22 +59,48 @@ def regenerate(cache: Path) -> tuple[int, int]:
         if path.name not in kept:
             path.unlink()
             dropped += 1
-    copied, stale = thresholds.ship(cache)
+    copied, stale = copy(cache)
     return copied, dropped + stale
+
+
+def copy(folder: Path) -> tuple[int, int]:
+    """Copy the calibrations in `folder` (a cache folder) made under this calibration
+    version into the shipped set, and drop shipped ones made under another: (copied,
+    dropped)."""
+    shipped = thresholds.SHIPPED
+    shipped.mkdir(exist_ok=True)
+    copied = dropped = 0
+    for path in sorted(folder.glob("*.npz")):
+        if made_here(path) and not (shipped / path.name).exists():
+            shutil.copyfile(path, shipped / path.name)
+            copied += 1
+    for path in sorted(shipped.glob("*.npz")):
+        if not made_here(path):
+            path.unlink()
+            dropped += 1
+    return copied, dropped
+
+
+def made_here(path: Path) -> bool:
+    """Whether a saved calibration was made under this calibration version, for the key
+    its name says."""
+    version, key = thresholds.saved(path)
+    return (version == thresholds.CALIBRATION_VERSION and key is not None
+            and thresholds.key_name(*key) == path.name)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m monitor.detect.ship",
                                      description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    ship = commands.add_parser("ship", help="regenerate the shipped set (in a checkout)")
-    ship.add_argument("--cache", type=Path, help="the cache folder to fill (default: a new "
+    making = commands.add_parser("ship", help="regenerate the shipped set (in a checkout)")
+    making.add_argument("--cache", type=Path, help="the cache folder to fill (default: a new "
                       "temporary one; an existing one is reused, which only adds)")
-    copy = commands.add_parser("copy", help="add a filled cache folder's calibrations")
-    copy.add_argument("folder", type=Path)
+    adding = commands.add_parser("copy", help="add a filled cache folder's calibrations")
+    adding.add_argument("folder", type=Path)
     args = parser.parse_args(argv)
     if args.command == "copy":
-        copied, dropped = thresholds.ship(args.folder)
+        copied, dropped = copy(args.folder)
     else:
         cache = args.cache or Path(tempfile.mkdtemp(prefix="ragmon-calibrations-"))
         copied, dropped = regenerate(cache)

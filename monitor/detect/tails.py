@@ -1,4 +1,4 @@
-"""A lumpy shape's spread-down tail, at budgets no simulation of the shape reaches.
+"""A shape's spread tail, at budgets no simulation of the shape reaches.
 
 A spread stream's threshold is its model's plus the shift its reference's shape makes,
 simulated (`empirical.Empirical`) to ~15,000 windows and carried beyond. Scores with few
@@ -21,6 +21,13 @@ reference taken as exact). The false-alarm rate lies between the two, nearer the
 term where single windows dominate; `threshold_beyond` reads where from the shape's
 simulated curve (simulated on Poisson window sizes too).
 
+A rise is computed the same way, its windows pulled away from the mean (weighted by
+exp(t v^2)) instead of towards a value. There the carried shift runs cautious (the
+shape's curve climbs faster than its model's: 1.2-2.0x at 10^6-5.8 x 10^6 windows on a
+U shape) and this tail eager (the point between union and largest term drifts towards
+the union as h grows: 0.6-0.9x), so `thresholds.shape_shift` takes the midpoint
+(benchmarks/RESULTS.md, "Spread up beyond the run").
+
     >>> threshold_beyond(key, 20.0, hs, log_arls, math.log(1e6))  # doctest: +SKIP
     20.1
 """
@@ -40,8 +47,10 @@ __all__ = ["exponent", "threshold_beyond"]
 _WINDOWS = 60_000   # windows importance-sampled from the shape
 _CELLS = 1_000      # grid cells of a window's sum of squares per unit of variance ratio
 _SPAN = 2           # a window's sum of squares is kept up to this many times its mean
+_RISE_SPAN = 8      # and for a rise (a window beyond it only matters to the first lag)
 _TILTS = (0.5, 2.0, 8.0)  # strengths of the pull towards a value (standardised units)
 _CENTRES = 12       # values pulled towards, at quantiles of the shape's values
+_SPREADS = (0.25, 0.5, 1.0, 2.0)  # a rise's pulls away from the mean, exp(t v^2)
 _STEP = 0.02        # the threshold grid's step
 _TOP = 150.0        # and its end: beyond it no budget a stream is given reaches
 _GRID = np.arange(0.0, _TOP, _STEP)
@@ -82,23 +91,27 @@ def exponent(key: Empirical, window_n: float) -> tuple[np.ndarray, np.ndarray, n
     m = n - 1.0  # the degrees of freedom a window gives the GLR
     pmf = _window_law(key, n)
     spectra: dict[int, np.ndarray] = {}
-    ratios = np.geomspace(RATIO_FLOOR, 1.0, 4_000)
-    phi = ratios - 1.0 - np.log(ratios)  # decreasing in the ratio
+    span = (len(pmf) - 1) / _CELLS  # the largest variance ratio a window is kept to
+    ratios = (np.geomspace(RATIO_FLOOR, 1.0, 4_000) if key.sign < 0
+              else np.geomspace(1.0, span, 4_000))
+    phi = ratios - 1.0 - np.log(ratios)  # away from 1 on the side watched
+    order = slice(None, None, -1) if key.sign < 0 else slice(None)  # phi increasing
     grid = _GRID
     rate = _first_lag(key, window_n)  # sizes vary; longer lags average them
     largest = rate.copy()
     for lag in LAGS[1:]:
-        cells = int(lag) * _CELLS  # the sum over the lag up to its mean (ratio 1)
+        cells = int(lag) * (len(pmf) - 1)  # the sum over the lag up to its largest
         size = _fft_size(len(pmf) * int(lag))  # the whole sum's support: no wrap-around
         if size not in spectra:
             spectra[size] = np.fft.rfft(pmf, size)
         law = np.maximum(np.fft.irfft(spectra[size] ** int(lag), size)[:cells + 1], 0.0)
         cdf = np.cumsum(law)
         per_df = grid / (key.shape * lag * m)
-        reach = per_df <= phi[0]  # a window is read at a ratio of at least the floor
-        ratio = np.interp(per_df, phi[::-1], ratios[::-1])
-        index = np.minimum((ratio * cells).astype(np.int64), cells)
-        p = np.where(reach, cdf[index], 0.0)
+        reach = per_df <= phi[order][-1]  # a window is read at a ratio of at least the floor
+        ratio = np.interp(per_df, phi[order], ratios[order])
+        index = np.minimum((ratio * lag * _CELLS).astype(np.int64), cells)
+        p = (np.where(reach, cdf[index], 0.0) if key.sign < 0
+             else np.where(reach, 1.0 - cdf[np.maximum(index - 1, 0)], 0.0))
         rate += p
         np.maximum(largest, p, out=largest)
     with np.errstate(divide="ignore"):
@@ -107,12 +120,22 @@ def exponent(key: Empirical, window_n: float) -> tuple[np.ndarray, np.ndarray, n
 
 def _window_law(key: Empirical, n: int) -> np.ndarray:
     """The law of one window's sum of squares around its mean (variance 1), on cells of
-    1 / `_CELLS` of its degrees of freedom up to `_SPAN` times them."""
+    1 / `_CELLS` of its degrees of freedom up to `_SPAN` times them (a drop), or up to the
+    largest ratio a window of n can read (a rise)."""
     squares, weight = _sampled(key, np.full(_WINDOWS, n), np.random.default_rng(0))
+    span = _SPAN if key.sign < 0 else min(math.ceil(_top_ratio(key, n)), _RISE_SPAN)
     cells = (squares / (n - 1.0) * _CELLS).astype(np.int64)
-    kept = cells <= _SPAN * _CELLS
-    pmf = np.bincount(cells[kept], weight[kept], _SPAN * _CELLS + 1)
+    kept = cells <= span * _CELLS
+    pmf = np.bincount(cells[kept], weight[kept], span * _CELLS + 1)
     return np.asarray(pmf / max(weight.sum(), 1e-300))
+
+
+def _top_ratio(key: Empirical, n: int) -> float:
+    """The largest variance ratio a window of n traces can read: its values split
+    between the shape's two extremes."""
+    values, _ = key.standardised()
+    spread = float(values.max() - values.min())
+    return (n // 2) * (n - n // 2) / n * spread * spread / (n - 1.0)
 
 
 def _first_lag(key: Empirical, window_n: float) -> np.ndarray:
@@ -130,7 +153,7 @@ def _first_lag(key: Empirical, window_n: float) -> np.ndarray:
     squares, weight = _sampled(key, sizes[drawn], rng)
     weight = weight * (poisson / proposal)[drawn]
     df = sizes[drawn] - 1.0
-    g = GammaScale(1.0, key.shape, -1).glr(df, squares[:, None])  # one-sample, as `exponent`
+    g = GammaScale(1.0, key.shape, key.sign).glr(df, squares[:, None])  # one-sample
     order = np.argsort(g)
     above = np.cumsum(weight[order][::-1])[::-1] / len(g)  # P(G >= g[order][i])
     at = np.searchsorted(g[order], _GRID, side="right")
@@ -145,7 +168,8 @@ def _sampled(key: Empirical, sizes: np.ndarray, rng: np.random.Generator
     back by the likelihood ratio (the multinomial coefficient cancels)."""
     values, weights = key.standardised()
     centres = np.quantile(np.sort(values), np.linspace(0.0, 1.0, _CENTRES), method="nearest")
-    pulled = [weights * np.exp(-tilt * (values - c) ** 2) for c in centres for tilt in _TILTS]
+    pulled = ([weights * np.exp(-tilt * (values - c) ** 2) for c in centres for tilt in _TILTS]
+              if key.sign < 0 else [weights * np.exp(t * values * values) for t in _SPREADS])
     laws = np.array([weights] + [p / p.sum() for p in pulled])
     mix = np.r_[0.5, np.full(len(pulled), 0.5 / len(pulled))]
     counts = _counts(rng, sizes, laws, rng.choice(len(mix), len(sizes), p=mix)).astype(float)

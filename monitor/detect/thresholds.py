@@ -18,7 +18,7 @@ a CUSUM), with c read off the longest measured run lengths (`extrapolated`).
 The null model of a location or spread stream is Gaussian or Gamma; real signals are
 not. Their thresholds add the shift the reference's own distribution makes
 (`shape_shift`), simulated from the reference's histogram (`empirical.Empirical`) to
-~15,000 windows and carried beyond (a spread drop: at least its shape's tail, `tails`).
+~15,000 windows and carried beyond (a spread stream's: with its shape's tail, `tails`).
 A share's model is exact (a Bernoulli count, its truth drawn from the reference count's
 confidence law, `detectors.share_truths`); a reference of exactly 0% is keyed on its own.
 
@@ -36,7 +36,6 @@ import hashlib
 import math
 import os
 import pickle
-import shutil
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
@@ -57,7 +56,7 @@ from monitor.detect.empirical import Empirical
 from monitor.detect.shares import Odds
 
 __all__ = ["CALIBRATION_VERSION", "SHIPPED", "arl0_windows", "calibration_key", "extrapolated",
-           "key_name", "run_lengths", "saved_key", "ship", "threshold"]
+           "key_name", "run_lengths", "saved", "threshold"]
 
 _MIN_ALARMS = 40  # alarms needed before an ARL0 estimate is trusted
 _STEPS = 1500     # windows simulated per stream; longer budgets are extrapolated
@@ -100,8 +99,9 @@ def shape_shift(family: GaussMean | GammaScale, window_n: float, arl0: float) ->
     size drawn from them too) minus the model's, both two-sample, at `arl0` or as far as
     the shape's simulation measured ARL0 directly (~15,000 windows), whichever is
     nearer; the model's curve carries the rest. Beyond that a spread drop is held to at
-    least its shape's own tail (`tails`: lumpy shapes page far more there than carried).
-    Skipped where the model holds: location when the window sum's skew and kurtosis are
+    least its shape's own tail (`tails`: lumpy shapes page far more there than carried),
+    a rise put halfway between the two (carried runs cautious, the tail eager). Skipped
+    where the model holds: location when the window sum's skew and kurtosis are
     negligible, spread in windows of >= 2,000."""
     empirical = empirical_key(family, window_n)
     if empirical is None:
@@ -115,9 +115,10 @@ def shape_shift(family: GaussMean | GammaScale, window_n: float, arl0: float) ->
     scale = family.shape / empirical.shape if isinstance(family, GammaScale) else 1.0
     model = replace(family, atoms=None)
     shift = scale * _model_threshold(empirical, n, at) - _model_threshold(model, n, at)
-    if arl0 > at and empirical.kind == "spread" and empirical.sign < 0:
-        beyond = scale * tails.threshold_beyond(empirical, n, hs, log_arls, math.log(arl0))
-        shift = max(shift, beyond - _model_threshold(model, n, arl0))
+    if arl0 > at and empirical.kind == "spread":  # beyond: the shape's own tail too
+        tail = (scale * tails.threshold_beyond(empirical, n, hs, log_arls, math.log(arl0))
+                - _model_threshold(model, n, arl0))
+        shift = max(shift, tail) if empirical.sign < 0 else 0.5 * (shift + tail)
     return shift
 
 
@@ -325,12 +326,7 @@ def _save(path: Path, curve: tuple[np.ndarray, np.ndarray],
         pass  # a read-only home: calibrate again next time
 
 
-def saved_key(path: Path) -> tuple[NullModel, float] | None:
-    """The calibration key a saved curve was made for (None if it does not say)."""
-    return _saved(path)[1]
-
-
-def _saved(path: Path) -> tuple[int | None, tuple[NullModel, float] | None]:
+def saved(path: Path) -> tuple[int | None, tuple[NullModel, float] | None]:
     """(version, key) a saved curve says it was made under (None where it does not)."""
     try:
         with np.load(path) as saved:
@@ -374,26 +370,3 @@ def _grid(x: float) -> float:
         return x
     decade = 10.0 ** math.floor(math.log10(x))
     return min((decade * m for m in (1, 2, 5, 10)), key=lambda v: abs(math.log(v / x)))
-
-
-def ship(folder: Path) -> tuple[int, int]:
-    """Copy the calibrations in `folder` (a cache folder) made under this calibration
-    version into `SHIPPED`, and drop shipped ones made under another: (copied, dropped)."""
-    SHIPPED.mkdir(exist_ok=True)
-    copied = dropped = 0
-    for path in sorted(folder.glob("*.npz")):
-        if _made_here(path) and not (SHIPPED / path.name).exists():
-            shutil.copyfile(path, SHIPPED / path.name)
-            copied += 1
-    for path in sorted(SHIPPED.glob("*.npz")):
-        if not _made_here(path):
-            path.unlink()
-            dropped += 1
-    return copied, dropped
-
-
-def _made_here(path: Path) -> bool:
-    """Whether a saved calibration was made under this calibration version, for the key
-    its name says."""
-    version, key = _saved(path)
-    return version == CALIBRATION_VERSION and key is not None and key_name(*key) == path.name

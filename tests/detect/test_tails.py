@@ -1,6 +1,7 @@
-"""A lumpy shape's spread-down tail (monitor/detect/tails.py): the law of one window
+"""A lumpy shape's spread tail (monitor/detect/tails.py): the law of one window
 importance-sampled from the shape matches its exact enumeration into the tail, for windows
-of one size and mixed over Poisson window sizes as traffic gives them; the union over lags
+of one size and mixed over Poisson window sizes as traffic gives them, for a drop and for
+a rise; the union over lags
 lies below its largest term; and the threshold a four-valued score's spread drop gets at
 10^5 windows holds that budget on its own null simulated far longer than its calibration
 (the carried shift gave it 0.46x with windows of 20, and the tail of fixed windows 0.41-0.60x
@@ -12,6 +13,7 @@ import itertools
 import math
 
 import numpy as np
+import pytest
 from scipy import special
 
 from monitor.detect import tails, thresholds
@@ -21,6 +23,7 @@ from monitor.detect.empirical import Empirical
 # The null panel's four-valued scores as one 2,000-trace reference reads them (seed 11).
 FOUR = ((-1.8576, 0.103), (-0.733, 0.311), (0.341, 0.4005), (1.5241, 0.1855))
 KEY = Empirical("spread", FOUR, -1, 0.794, 2000.0)
+RISE = Empirical("spread", FOUR, 1, 0.794, 2000.0)
 
 
 def _exact_window_law(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -45,25 +48,42 @@ def test_the_sampled_window_law_matches_its_enumeration_into_the_tail():
         assert exact > 0 and abs(sampled / exact - 1.0) < 0.15, (ratio, sampled, exact)
 
 
-def test_the_first_lag_over_poisson_window_sizes_matches_its_enumeration():
+@pytest.mark.parametrize("key", [KEY, RISE], ids=["drop", "rise"])
+def test_the_first_lag_over_poisson_window_sizes_matches_its_enumeration(key):
     """P(G_1 > h) for a window of Poisson(20) traces, exact: every window of every size
-    from 2 to 45 (a window of fewer than 2 reads no spread), weighted by its size's odds."""
+    from 2 to 45 (a window of fewer than 2 reads no spread), weighted by its size's odds;
+    a drop's windows pulled towards each value, a rise's away from the mean."""
     window, grid = 20.0, tails._GRID
     exact = np.zeros(len(grid))
     for n in range(2, 46):
         squares, probs = _exact_window_law(n)
         ratio = np.maximum(squares / (n - 1.0), RATIO_FLOOR)
-        g = np.where(ratio < 1.0, KEY.shape * (n - 1.0) * (ratio - 1.0 - np.log(ratio)), 0.0)
+        g = np.where(key.sign * (ratio - 1.0) > 0,
+                     key.shape * (n - 1.0) * (ratio - 1.0 - np.log(ratio)), 0.0)
         odds = math.exp(n * math.log(window) - window - math.lgamma(n + 1.0))
         exact += odds * np.array([probs[g > h].sum() for h in grid])
-    sampled = tails._first_lag(KEY, window)
-    for h in (4.0, 12.0, 20.0, 28.0, 36.0):  # down to ~2e-7
+    sampled = tails._first_lag(key, window)
+    # down to ~2e-7 (a drop) and ~4e-19 (a rise: measured within 21% at 16, 14% at 20)
+    hs, off = (((4.0, 12.0, 20.0, 28.0, 36.0), 0.15) if key.sign < 0
+               else ((4.0, 8.0, 12.0, 16.0, 20.0), 0.3))
+    for h in hs:
         i = round(h / tails._STEP)
-        assert abs(sampled[i] / exact[i] - 1.0) < 0.15, (h, sampled[i], exact[i])
+        assert abs(sampled[i] / exact[i] - 1.0) < off, (h, sampled[i], exact[i])
 
 
-def test_the_union_over_lags_lies_below_its_largest_term_and_rises_with_h():
-    grid, union, largest = tails.exponent(KEY, 20.0)
+def test_a_rises_window_law_matches_its_enumeration_into_the_tail():
+    n = 20
+    squares, probs = _exact_window_law(n)
+    above = np.cumsum(tails._window_law(RISE, n)[::-1])[::-1]  # P(cell >= i)
+    for ratio in (1.0, 1.5, 2.0, 2.5, 3.0):  # down to ~1e-12
+        exact = probs[squares >= ratio * (n - 1)].sum()
+        sampled = above[int(ratio * tails._CELLS)]
+        assert exact > 0 and abs(sampled / exact - 1.0) < 0.15, (ratio, sampled, exact)
+
+
+@pytest.mark.parametrize("key", [KEY, RISE], ids=["drop", "rise"])
+def test_the_union_over_lags_lies_below_its_largest_term_and_rises_with_h(key):
+    grid, union, largest = tails.exponent(key, 20.0)
     assert np.all(union <= largest + 1e-12)
     assert np.all(np.diff(union) >= -1e-9) and np.all(np.diff(largest) >= -1e-9)
     assert math.isfinite(union[grid.searchsorted(30.0)])  # one window can still reach 30

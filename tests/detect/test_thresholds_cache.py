@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from monitor.detect import thresholds
+from monitor.detect import ship, thresholds
 from monitor.detect.detectors import GaussMean
 
 KEY = (GaussMean(0.0, 1.0, 1, 5.0), 1.0)
@@ -45,7 +45,7 @@ def test_the_shipped_calibrations_are_this_versions():
     CALIBRATION_VERSION they no longer match: `python -m monitor.detect.ship ship`."""
     shipped = sorted(thresholds.SHIPPED.glob("*.npz"))
     assert shipped, "no calibrations shipped"
-    stale = [p.name for p in shipped if not thresholds._made_here(p)]
+    stale = [p.name for p in shipped if not ship.made_here(p)]
     assert not stale, f"{len(stale)} shipped calibrations are from another version: re-ship"
 
 
@@ -54,7 +54,7 @@ def _sample() -> list:
     each kind (by window size) so that re-simulating them takes seconds."""
     found: dict[str, tuple] = {}
     for path in sorted(thresholds.SHIPPED.glob("*.npz")):
-        key = thresholds.saved_key(path)
+        key = thresholds.saved(path)[1]
         assert key is not None, path.name
         kind = type(key[0]).__name__ + ("-shape" if getattr(key[0], "atoms", None) else "")
         if kind not in found or key[1] < found[kind][1][1]:
@@ -112,7 +112,7 @@ def test_ship_copies_this_versions_calibrations_and_drops_stale_ones(tmp_path, m
     monkeypatch.setattr(thresholds, "CALIBRATION_VERSION", current - 1)
     thresholds._save(shipped / thresholds.key_name(*other), curve, other)  # older version
     monkeypatch.setattr(thresholds, "CALIBRATION_VERSION", current)
-    assert thresholds.ship(cache) == (1, 1)
+    assert ship.copy(cache) == (1, 1)
     assert sorted(p.name for p in shipped.iterdir()) == [thresholds.key_name(*KEY)]
 
 
