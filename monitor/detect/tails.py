@@ -25,7 +25,7 @@ A rise is computed the same way, its windows pulled away from the mean (weighted
 exp(t v^2)) instead of towards a value. There the carried shift runs cautious (the
 shape's curve climbs faster than its model's: 1.2-2.0x at 10^6-5.8 x 10^6 windows on a
 U shape) and this tail eager (the point between union and largest term drifts towards
-the union as h grows: 0.6-0.9x), so `thresholds.shape_shift` takes the midpoint
+the union as h grows: 0.5-1.0x), so `thresholds.shape_shift` takes the midpoint
 (benchmarks/RESULTS.md, "Spread up beyond the run").
 
     >>> threshold_beyond(key, 20.0, hs, log_arls, math.log(1e6))  # doctest: +SKIP
@@ -107,7 +107,7 @@ def exponent(key: Empirical, window_n: float) -> tuple[np.ndarray, np.ndarray, n
         law = np.maximum(np.fft.irfft(spectra[size] ** int(lag), size)[:cells + 1], 0.0)
         cdf = np.cumsum(law)
         per_df = grid / (key.shape * lag * m)
-        reach = per_df <= phi[order][-1]  # a window is read at a ratio of at least the floor
+        reach = per_df <= phi[order][-1]  # within the floor (a drop) or the span (a rise)
         ratio = np.interp(per_df, phi[order], ratios[order])
         index = np.minimum((ratio * lag * _CELLS).astype(np.int64), cells)
         p = (np.where(reach, cdf[index], 0.0) if key.sign < 0
