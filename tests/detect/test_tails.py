@@ -1,10 +1,11 @@
 """A lumpy shape's spread tail (monitor/detect/tails.py): the law of one window
 importance-sampled from the shape matches its exact enumeration into the tail, for windows
 of one size and mixed over Poisson window sizes as traffic gives them, for a drop and for
-a rise; the union over lags lies below its largest term; and the threshold a four-valued score's spread drop gets at
-10^5 windows holds that budget on its own null simulated far longer than its calibration
-(the carried shift gave it 0.46x with windows of 20, and the tail of fixed windows 0.41-0.60x
-with Poisson window sizes: RESULTS.md, "Lumpy spread down")."""
+a rise; the union over lags lies below its largest term; and the threshold a four-valued
+score's spread drop gets at 10^5 windows holds that budget on its own null simulated far
+longer than its calibration (the carried shift gave it 0.46x with windows of 20, and the
+tail of fixed windows 0.41-0.60x with Poisson window sizes: RESULTS.md, "Lumpy spread
+down")."""
 
 from __future__ import annotations
 
