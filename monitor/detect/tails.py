@@ -92,10 +92,10 @@ def exponent(key: Empirical, window_n: float) -> tuple[np.ndarray, np.ndarray, n
     pmf = _window_law(key, n)
     spectra: dict[int, np.ndarray] = {}
     span = (len(pmf) - 1) / _CELLS  # the largest variance ratio a window is kept to
-    ratios = (np.geomspace(RATIO_FLOOR, 1.0, 4_000) if key.sign < 0
+    # Ratios away from 1 on the side watched, so that phi increases along them.
+    ratios = (np.geomspace(RATIO_FLOOR, 1.0, 4_000)[::-1] if key.sign < 0
               else np.geomspace(1.0, span, 4_000))
-    phi = ratios - 1.0 - np.log(ratios)  # away from 1 on the side watched
-    order = slice(None, None, -1) if key.sign < 0 else slice(None)  # phi increasing
+    phi = ratios - 1.0 - np.log(ratios)
     grid = _GRID
     rate = _first_lag(key, window_n)  # sizes vary; longer lags average them
     largest = rate.copy()
@@ -105,13 +105,13 @@ def exponent(key: Empirical, window_n: float) -> tuple[np.ndarray, np.ndarray, n
         if size not in spectra:
             spectra[size] = np.fft.rfft(pmf, size)
         law = np.maximum(np.fft.irfft(spectra[size] ** int(lag), size)[:cells + 1], 0.0)
-        cdf = np.cumsum(law)
+        # P(sum <= cell) for a drop, P(sum >= cell) for a rise
+        side = np.cumsum(law) if key.sign < 0 else np.cumsum(law[::-1])[::-1]
         per_df = grid / (key.shape * lag * m)
-        reach = per_df <= phi[order][-1]  # within the floor (a drop) or the span (a rise)
-        ratio = np.interp(per_df, phi[order], ratios[order])
+        reach = per_df <= phi[-1]  # within the floor (a drop) or the span (a rise)
+        ratio = np.interp(per_df, phi, ratios)
         index = np.minimum((ratio * lag * _CELLS).astype(np.int64), cells)
-        p = (np.where(reach, cdf[index], 0.0) if key.sign < 0
-             else np.where(reach, 1.0 - cdf[np.maximum(index - 1, 0)], 0.0))
+        p = np.where(reach, side[index], 0.0)
         rate += p
         np.maximum(largest, p, out=largest)
     with np.errstate(divide="ignore"):
