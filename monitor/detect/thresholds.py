@@ -98,11 +98,14 @@ def shape_shift(family: GaussMean | GammaScale, window_n: float, arl0: float) ->
     traces drawn from its bins, and each simulated stream's reference of the stream's
     size drawn from them too) minus the model's, both two-sample, at `arl0` or as far as
     the shape's simulation measured ARL0 directly (~15,000 windows), whichever is
-    nearer; the model's curve carries the rest. Beyond that a spread drop is held to at
-    least its shape's own tail (`tails`: lumpy shapes page far more there than carried),
-    a rise put halfway between the two (carried runs cautious, the tail eager). Skipped
-    where the model holds: location when the window sum's skew and kurtosis are
-    negligible, spread in windows of >= 2,000."""
+    nearer; the model's curve carries the rest. Beyond that a location shift is carried
+    as a share of the model's threshold: a skewed shape's grows with the threshold (the
+    window sum's tail leaves the Gaussian's by ~skew x^3 / 6 sqrt(n), x^2 = 2h), so a
+    fixed shift ran cautious on a bounded side and eager on a long one. A spread drop is
+    held to at least its shape's own tail (`tails`: lumpy shapes page far more there
+    than carried), a rise put halfway between the two (carried runs cautious, the tail
+    eager). Skipped where the model holds: location when the window sum's skew and
+    kurtosis are negligible, spread in windows of >= 2,000."""
     empirical = empirical_key(family, window_n)
     if empirical is None:
         return 0.0
@@ -115,6 +118,8 @@ def shape_shift(family: GaussMean | GammaScale, window_n: float, arl0: float) ->
     scale = family.shape / empirical.shape if isinstance(family, GammaScale) else 1.0
     model = replace(family, atoms=None)
     shift = scale * _model_threshold(empirical, n, at) - _model_threshold(model, n, at)
+    if arl0 > at and empirical.kind == "location":  # beyond: a share of the threshold
+        shift *= _model_threshold(model, n, arl0) / _model_threshold(model, n, at)
     if arl0 > at and empirical.kind == "spread":  # beyond: the shape's own tail too
         tail = (scale * tails.threshold_beyond(empirical, n, hs, log_arls, math.log(arl0))
                 - _model_threshold(model, n, arl0))

@@ -132,3 +132,26 @@ def test_a_rises_shape_shift_stays_near_what_its_simulation_measured_beyond_it()
     measured, *far = (shape_shift(family, 20.0, budget) for budget in (top, 1e5, 1e7))
     assert all(abs(shift - measured) < 0.5 for shift in far) and far[1] <= far[0]
     assert abs(measured) < 1.0
+
+
+
+def test_a_location_shift_beyond_its_simulation_keeps_its_share_of_the_threshold():
+    """A skewed shape's location shift grows with the threshold (its window sums' tail
+    leaves the Gaussian's further out), so beyond the shape's simulated curve it is
+    carried as a share of the model's threshold, not as a fixed difference: scores
+    saturated at the top of their range have a bounded side (a rise: the shift is
+    negative and grows) and a long one (a drop: positive, and grows)."""
+    rng = np.random.default_rng(3)
+    saturated = np.where(rng.random(2000) < 0.25, 19.5, 20.0 * rng.beta(8, 3, 2000))
+    for direction, sign in (("up", -1.0), ("down", 1.0)):
+        family = with_shape(SPECS[("latency_like", direction)].build(
+            _cell(saturated), None)[0], 20.0, None)
+        key = empirical_key(family, 20.0)
+        assert key is not None and key.kind == "location"
+        top = math.exp(float(_curve(*calibration_key(key, 20.0))[1][-1]))
+        budgets = (top, 1e5, 1e7)
+        shifts = [sign * shape_shift(family, 20.0, budget) for budget in budgets]
+        shares = [shift / (sign * threshold(family, 20.0, budget) - shift)
+                  for shift, budget in zip(shifts, budgets, strict=True)]
+        assert 0.2 < shifts[0] < shifts[1] < shifts[2], direction
+        assert max(shares) - min(shares) < 1e-9, direction
