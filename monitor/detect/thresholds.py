@@ -18,7 +18,8 @@ a CUSUM), with c read off the longest measured run lengths (`extrapolated`).
 The null model of a location or spread stream is Gaussian or Gamma; real signals are
 not. Their thresholds add the shift the reference's own distribution makes
 (`shape_shift`), simulated from the reference's histogram (`empirical.Empirical`) to
-~15,000 windows and carried beyond (a spread stream's: with its shape's tail, `tails`).
+~15,000 windows and carried beyond (a location shift as a share of the threshold, a
+spread stream's with its shape's tail, `tails`).
 A share's model is exact (a Bernoulli count, its truth drawn from the reference count's
 confidence law, `detectors.share_truths`); a reference of exactly 0% is keyed on its own.
 
