@@ -134,13 +134,12 @@ def test_a_rises_shape_shift_stays_near_what_its_simulation_measured_beyond_it()
     assert abs(measured) < 1.0
 
 
-
 def test_a_location_shift_beyond_its_simulation_keeps_its_share_of_the_threshold():
     """A skewed shape's location shift grows with the threshold (its window sums' tail
     leaves the Gaussian's further out), so beyond the shape's simulated curve it is
     carried as a share of the model's threshold, not as a fixed difference: scores
     saturated at the top of their range have a bounded side (a rise: the shift is
-    negative and grows) and a long one (a drop: positive, and grows)."""
+    negative and grows in size) and a long one (a drop: positive, and grows)."""
     rng = np.random.default_rng(3)
     saturated = np.where(rng.random(2000) < 0.25, 19.5, 20.0 * rng.beta(8, 3, 2000))
     for direction, sign in (("up", -1.0), ("down", 1.0)):
