@@ -70,12 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     _, key, _ = long_nulls.shape_stream(args)
     key, window = calibration_key(key, 20.0)
     with np.load(args.long) as saved:
-        long_hs, long_log = saved["hs"], -np.log(np.maximum(saved["rate"], 1e-300))
+        long_run = saved["hs"], saved["alarms"], saved["rate"]
     tops, means, reach = [], [], []
     for seed in range(args.seeds):
         hs, log_arls = curve(args, key, window, seed)
         top = log_arls >= log_arls[-1] - 2.3
-        gap = log_arls[top] - np.interp(hs[top], long_hs, long_log)
+        gap = log_arls[top] - long_nulls.measured_log_arl0(*long_run, hs[top])
         tops.append(gap[-1])
         means.append(gap.mean())
         reach.append(log_arls[-1])

@@ -45,6 +45,16 @@ from monitor.detect.thresholds import empirical_key, threshold
 BUDGETS = (1e4, 3e4, 1e5, 1e6, 2.9e6, 5.8e6)
 
 
+def measured_log_arl0(hs: np.ndarray, alarms: np.ndarray, rate: np.ndarray,
+                      h: np.ndarray | float) -> np.ndarray:
+    """log ARL0 at thresholds `h` on a measured curve, by the calibration's estimator
+    (1 / the mean over draws of their rate), read where >= 5 alarms; NaN beyond."""
+    seen = alarms >= 5
+    h = np.asarray(h, dtype=np.float64)
+    log_arl = np.interp(h, hs[seen], -np.log(rate[seen]))
+    return np.where(h > hs[seen][-1], np.nan, log_arl)
+
+
 def key_of(args: argparse.Namespace) -> tuple[det.NullModel, float]:
     """The calibration key and its window size (as `thresholds.calibration_key` makes them)."""
     if args.key == "share":
@@ -150,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         line = (f"B {budget:8.2e}  h {h:6.2f}  measured ARL0 {arl0:9.3g}  x{arl0 / budget:5.2f}"
                 f"  ({int(alarms[j])} alarms at h {hs[j]:.2f})")
         if rate is not None and args.repeat > 1:  # the calibration's estimator
-            mean = math.exp(float(np.interp(h, hs[seen], -np.log(rate[seen]))))
+            mean = math.exp(float(measured_log_arl0(hs, alarms, rate, h)))
             line += f"  mean of draws' rates: x{mean / budget:5.2f}"
         print(line)
     return 0

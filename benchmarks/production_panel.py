@@ -27,31 +27,24 @@ from monitor.detect.thresholds import (
     _model_threshold,
     _shape_window,
     calibration_key,
+    shape_shift,
     threshold,
 )
-
-BUDGETS = (1e4, 3e4, 1e5, 1e6, 2.9e6, 5.8e6)
 
 
 def arl0(path: str, h: float) -> float:
     """ARL0 at threshold `h` on a saved long run (the calibration's estimator)."""
     with np.load(path) as saved:
-        hs, alarms, rate = saved["hs"], saved["alarms"], saved["rate"]
-    seen = alarms >= 5
-    if not seen.any() or h > hs[seen][-1]:
-        return float("nan")
-    return math.exp(float(np.interp(h, hs[seen], -np.log(rate[seen]))))
+        log_arl = long_nulls.measured_log_arl0(saved["hs"], saved["alarms"], saved["rate"], h)
+    return math.exp(float(log_arl))
 
 
-def fixed_shift(family, window: float, budget: float) -> float:
+def fixed_shift(family, empirical, window: float, budget: float) -> float:
     """The threshold with the shape's shift at its curve's top carried unchanged."""
-    _, key, scale = family
     n = _shape_window(window)
-    log_arls = _curve(*calibration_key(key, n))[1]
-    at = min(budget, math.exp(float(log_arls[-1])))
-    model = replace(family[0], atoms=None)
-    shift = scale * _model_threshold(key, n, at) - _model_threshold(model, n, at)
-    return _model_threshold(model, n, budget) + shift
+    top = math.exp(float(_curve(*calibration_key(empirical, n))[1][-1]))
+    shift = shape_shift(family, window, min(budget, top))
+    return _model_threshold(replace(family, atoms=None), n, budget) + shift
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,16 +58,15 @@ def main(argv: list[str] | None = None) -> int:
         shape, seed, stream, direction, path = run.split(":", 4)
         spec = argparse.Namespace(shape=shape, stream=stream, direction=direction,
                                   seed=int(seed))
-        family = long_nulls.shape_stream(spec)
-        scale = family[2]
+        family, empirical, scale = long_nulls.shape_stream(spec)
         for rule in rules:
-            reads = [arl0(path, (threshold(family[0], 20.0, b) if rule == "product"
-                                 else fixed_shift(family, 20.0, b)) / scale) / b
-                     for b in BUDGETS]
+            reads = [arl0(path, (threshold(family, 20.0, b) if rule == "product"
+                                 else fixed_shift(family, empirical, 20.0, b)) / scale) / b
+                     for b in long_nulls.BUDGETS]
             pooled[(shape, stream, direction, rule)].append(reads)
             print(f"{shape} ({seed}) {stream} {direction}, {rule}: "
                   + " / ".join(f"{x:.2f}" for x in reads), flush=True)
-    print("pooled over references, at " + " / ".join(f"{b:.2g}" for b in BUDGETS) + ":")
+    print("pooled over references, at " + " / ".join(f"{b:.2g}" for b in long_nulls.BUDGETS) + ":")
     for (shape, stream, direction, rule), rows in pooled.items():
         rates = 1.0 / np.array(rows)
         cells = 1.0 / np.nanmean(rates, axis=0)

@@ -101,14 +101,13 @@ def shape_shift(family: GaussMean | GammaScale, window_n: float, arl0: float) ->
     the shape's simulation measured ARL0 directly (~15,000 windows), whichever is
     nearer; the model's curve carries the rest. Beyond that a location shift is carried
     as a share of the model's threshold: a skewed shape's grows with the threshold (the
-    window sum's tail leaves the Gaussian's by ~skew x^3 / 6 sqrt(n), x^2 = 2h), and a
-    fixed shift ran cautious one way and eager the other (saturated scores 1.2-1.6x up,
-    0.55-0.8x down at 10^6-5.8 x 10^6 windows; on held-out references 16 of 72 cells
-    outside 0.7-1.3x, as a share 4: benchmarks/RESULTS.md). A spread drop is
-    held to at least its shape's own tail (`tails`: lumpy shapes page far more there
-    than carried), a rise put halfway between the two (carried runs cautious, the tail
-    eager). Skipped where the model holds: location when the window sum's skew and
-    kurtosis are negligible, spread in windows of >= 2,000."""
+    window sum's tail leaves the Gaussian's by ~skew x^3 / 6 sqrt(n), x^2 = 2h): a fixed
+    shift ran cautious one way and eager the other (benchmarks/RESULTS.md, "Production
+    budgets stream by stream"). A spread drop is held to at least its shape's own tail
+    (`tails`: lumpy shapes page far more there than carried), a rise put halfway between
+    the two (carried runs cautious, the tail eager). Skipped where the model holds:
+    location when the window sum's skew and kurtosis are negligible, spread in windows
+    of >= 2,000."""
     empirical = empirical_key(family, window_n)
     if empirical is None:
         return 0.0
