@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import socket
+import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -111,3 +112,41 @@ def test_a_port_in_use_is_one_clear_error():
         port = taken.getsockname()[1]
         with pytest.raises(PortInUse, match=f"127.0.0.1:{port} \\(metrics_port\\)"):
             Pages("127.0.0.1", port, 20_000, False, 1.0).start()
+
+
+@pytest.mark.parametrize("paused", [False, True])
+def test_a_late_page_is_served_at_once_while_scraped_and_waited_for_after_a_pause(
+        examples, paused):
+    """While scrapes go on, a page the refresh has not replaced for STALE_SECONDS (a busy
+    worker, a slow render on a loaded machine) is served as it is: waiting for the next
+    failed 1 s scrapes. After a pause in the scrapes (no page asked for), the page is old
+    because nobody asked: the scrape waits for a fresh one."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    from monitor.export import pages as module
+
+    pipeline = Pipeline(load())
+    pipeline.feed(lines(examples / "traces.jsonl"))
+    snapshot = snapshot_of([pipeline], Health(partitions_owned=1))
+    book = module.Book(20_000, False)
+    installs = iter(range(1, 3))
+    book.own = lambda: [GaugeMetricFamily("probe_install", "which install", value=next(installs))]
+    book.install(snapshot)
+    book.installed -= module.STALE_SECONDS + 1
+    if paused:
+        book.scraped -= module.DEMAND_SECONDS + 1
+    armed = threading.Event()
+
+    def install_when_scraped() -> None:  # the refresh, answering the scrape's demand
+        with book.ready:
+            before = book.scraped
+            armed.set()
+            book.ready.wait_for(lambda: book.scraped != before)
+        book.install(snapshot)
+
+    threading.Thread(target=install_when_scraped, daemon=True).start()
+    armed.wait()
+    page = book.page(openmetrics=False, compressed=False, names=None)
+    # Served at once, page() holds the lock throughout and the refresh installs after it:
+    # the first install's page. Waited for: the second's.
+    assert f"probe_install {2.0 if paused else 1.0}".encode() in page
