@@ -32,15 +32,17 @@ import argparse
 import math
 import sys
 import time
+from dataclasses import replace
 
 import cells
 import null_panel
 import numpy as np
 
 from monitor.detect import detectors as det
+from monitor.detect import tails
 from monitor.detect.empirical import Empirical
 from monitor.detect.streams import stream_specs, with_shape
-from monitor.detect.thresholds import empirical_key, threshold
+from monitor.detect.thresholds import _shape_window, empirical_key, threshold
 
 BUDGETS = (1e4, 3e4, 1e5, 1e6, 2.9e6, 5.8e6)
 
@@ -116,6 +118,19 @@ def simulate(args: argparse.Namespace, simulated: det.NullModel, window: float
     return hs, alarms, watched, rates / draws
 
 
+def print_tail_points(key: Empirical, window: float, hs: np.ndarray, alarms: np.ndarray,
+                      rate: np.ndarray) -> None:
+    """Where a spread key's measured log ARL0 lies between the union over lags (k = 0) and
+    the largest lag's term (k = 1) of its one-sample tail (`tails.exponent`)."""
+    grid, union, largest = tails.exponent(key, _shape_window(window))
+    for h in hs[alarms >= 5][::4]:
+        j = min(int(np.searchsorted(grid, h)), len(grid) - 1)
+        measured = float(measured_log_arl0(hs, alarms, rate, h))
+        k = (measured - union[j]) / (largest[j] - union[j])
+        print(f"h {h:6.2f}  log ARL0 {measured:6.2f}  union {union[j]:6.2f}  "
+              f"largest {largest[j]:6.2f}  k {k:5.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--key", choices=("share", "location", "spread", "mix", "shape"),
@@ -135,10 +150,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--save", help="write the measured curve (hs, alarms, watched) here")
     parser.add_argument("--load", help="read a curve --save wrote instead of simulating")
+    parser.add_argument("--one-sample", action="store_true",
+                        help="--key shape: the shape itself as every stream's reference (no "
+                             "reference error, as `tails` models it); prints the tail's point")
     args = parser.parse_args(argv)
     simulated: det.NullModel
     if args.key == "shape":
         (family, simulated, scale), window = shape_stream(args), 20.0
+        if args.one_sample:
+            simulated = replace(simulated, n_ref=math.inf)
     else:
         (family, window), scale = key_of(args), 1.0
         simulated = family
@@ -150,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
         hs, alarms, watched, rate = simulate(args, simulated, window)
     seen = alarms >= 5
     log_arl = np.log(watched[seen] / alarms[seen])
+    if args.one_sample:
+        assert isinstance(simulated, Empirical) and rate is not None
+        print_tail_points(simulated, window, hs, alarms, rate)
+        return 0
     for budget in BUDGETS:
         h = threshold(family, window, budget) / scale  # in the simulated statistic's units
         if h > hs[seen][-1]:
