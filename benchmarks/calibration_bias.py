@@ -4,7 +4,7 @@ against a curve `long_nulls.py --save` measured.
 
     python benchmarks/calibration_bias.py --shape uniform --seed 12 \
         --long /tmp/uniform_up_12.npz --seeds 8 [--draws 80 --repeat 6] [--steps 10000]
-        [--skip 256] [--own-sizes] [--correct]
+        [--skip 256] [--own-sizes] [--own-grid] [--correct]
 
 Prints, per calibration seed, log ARL0 of the calibration minus the long run's at the
 curve's top (positive: the calibration reads more ARL0, so thresholds read from it are
@@ -28,14 +28,11 @@ def curve(args: argparse.Namespace, key, window: float, seed: int
           ) -> tuple[np.ndarray, np.ndarray]:
     """(thresholds, log ARL0) as `thresholds.run_lengths` + `_simulate` make them, with
     the variant's references, streams, length, warm-up and window sizes."""
-    rng = np.random.default_rng(seed)
-    chains = args.draws * args.repeat
-    n = rng.poisson(window, (chains, args.steps) if args.own_sizes else args.steps)
-    n = n.astype(np.float64)
-    stat = glr_scan(key, key.window_n(n), key.sample(rng, n, args.draws, args.repeat))
-    peaks = np.maximum.accumulate(stat[:, args.skip:], axis=1)
+    peaks = _peaks(args, key, window, seed)
     steps = peaks.shape[1]
-    hs = np.quantile(peaks[:, -1], np.linspace(0.02, 0.98, 60))
+    # --own-grid: the thresholds from another simulation's peaks, not the measured one's
+    grid = _peaks(args, key, window, seed + 1000) if args.own_grid else peaks
+    hs = np.quantile(grid[:, -1], np.linspace(0.02, 0.98, 60))
     hs = np.unique(np.concatenate([np.linspace(0.25, hs[0], 10), hs]))
     passage = np.stack([(peaks <= h).sum(axis=1) for h in hs], axis=1)
     alarmed = passage < steps
@@ -47,6 +44,16 @@ def curve(args: argparse.Namespace, key, window: float, seed: int
         log_arl -= rate.var(axis=0, ddof=1) / args.draws / (2.0 * mean * mean)
     ok = alarmed.sum(axis=0) >= _MIN_ALARMS
     return hs[ok], np.maximum.accumulate(log_arl[ok])
+
+
+def _peaks(args: argparse.Namespace, key, window: float, seed: int) -> np.ndarray:
+    """Every simulated stream's running peak of the statistic."""
+    rng = np.random.default_rng(seed)
+    chains = args.draws * args.repeat
+    n = rng.poisson(window, (chains, args.steps) if args.own_sizes else args.steps)
+    n = n.astype(np.float64)
+    stat = glr_scan(key, key.window_n(n), key.sample(rng, n, args.draws, args.repeat))
+    return np.maximum.accumulate(stat[:, args.skip:], axis=1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", type=int, default=0, help="windows not counted at the start")
     parser.add_argument("--own-sizes", action="store_true",
                         help="each stream its own window sizes (the calibration: one draw)")
+    parser.add_argument("--own-grid", action="store_true",
+                        help="thresholds from an independent simulation (the calibration "
+                             "takes them from the quantiles of the peaks it measures)")
     parser.add_argument("--correct", action="store_true",
                         help="subtract the delta-method bias of the log of the mean")
     args = parser.parse_args(argv)
@@ -81,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         reach.append(log_arls[-1])
     print(f"{args.shape} {args.seed} {args.stream} {args.direction}, {args.draws} x "
           f"{args.repeat} streams of {args.steps - args.skip} windows (skip {args.skip}, "
-          f"own sizes {args.own_sizes}, corrected {args.correct}): at the top "
+          f"own sizes {args.own_sizes}, own grid {args.own_grid}, corrected {args.correct}): "
+          "at the top "
           + " ".join(f"{x:+.2f}" for x in tops)
           + f"; mean {np.mean(tops):+.3f}, over the top 2.3 nats {np.mean(means):+.3f}; "
           f"top at log ARL0 {np.mean(reach):.1f}")
