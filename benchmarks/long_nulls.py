@@ -12,7 +12,8 @@ on that measured curve. With `--repeat R` each drawn reference runs R streams an
 calibration's own estimator is printed beside it: 1 / the mean over draws of their rate
 (pooling under-weights the references that alarm early, whose streams stop sooner). A
 reference's rate over few streams reads high, ARL0 low by O(1 / R): ~5-10% with R = 10
-(`ratio_bias.py`); use `--repeat 100 --chains 4` where the figure matters.
+(`ratio_bias.py`); use `--repeat 100 --chains 40 --steps 1500` where the figure matters
+(`--chains 4` draws too few references where a few carry the rate).
 
     python benchmarks/long_nulls.py --key share --share 0.005 --sign 1 --windows 8e7
     python benchmarks/long_nulls.py --key location --windows 6e7   (n_ref / window 100)
