@@ -157,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="--key shape: the shape itself as every stream's reference (no "
                              "reference error, as `tails` models it); prints the tail's point")
     args = parser.parse_args(argv)
+    if args.one_sample and args.key != "shape":
+        parser.error("--one-sample reads a shape key's tail: it needs --key shape")
     simulated: det.NullModel
     if args.key == "shape":
         (family, simulated, scale), window = shape_stream(args), 20.0
@@ -174,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     seen = alarms >= 5
     log_arl = np.log(watched[seen] / alarms[seen])
     if args.one_sample:
-        assert isinstance(simulated, Empirical) and rate is not None
+        assert isinstance(simulated, Empirical) and rate is not None  # --key shape
         print_tail_points(simulated, window, hs, alarms, rate)
         return 0
     for budget in BUDGETS:
