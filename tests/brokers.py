@@ -158,6 +158,8 @@ class ApacheKafka:
         log = self.data / "server.log"
         if keep_log and log.exists():
             log.rename(self.data / f"server-{time.time():.0f}.log")
+        elif log.exists():  # kafka-server deletes it, but not before the first look below:
+            log.unlink()    # a restart returned at once on the last start's "started" line
         self.process = subprocess.Popen(
             [str(KAFKA_HOME / "bin" / "kafka-server"), str(self.data), str(self.port),
              *self._arguments()],

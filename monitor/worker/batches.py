@@ -40,12 +40,18 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import faust
+from aiokafka.errors import IllegalStateError
 from faust.transport.drivers.aiokafka import Consumer
 from faust.types import TP
 
 __all__ = ["Batch", "BatchApp", "BatchConsumer"]
 
 log = logging.getLogger("ragmon.worker")
+
+# How often a seek to committed offsets is tried when a rebalance changes the assignment
+# under it, and the pause between tries (a rebalance settles within a session timeout).
+SEEK_ATTEMPTS = 50
+SEEK_PAUSE_SECONDS = 0.2
 
 
 class Batch(NamedTuple):
@@ -87,11 +93,16 @@ class BatchConsumer(Consumer):
         """Every seek in the consumer's own thread. Faust's calls aiokafka from the app's
         thread, while the consumer's thread may be inside a fetch, and aiokafka's fetcher
         is not thread-safe: a fetch crashed the fetcher service (KeyError on a partition
-        sought meanwhile, after a broker lost its log), and with it the worker."""
+        sought meanwhile, after a broker lost its log), and with it the worker. A
+        partition a rebalance took away meanwhile is not sought (aiokafka raises
+        IllegalStateError): its new owner seeks it to its committed offset."""
         thread = self._thread
 
         async def seek() -> None:  # in the consumer's own thread and loop
-            thread.seek(partition, offset)
+            try:
+                thread.seek(partition, offset)
+            except IllegalStateError:
+                log.info("%s is no longer assigned here: not sought", partition)
 
         await thread.call_thread(seek)
 
@@ -103,6 +114,22 @@ class BatchConsumer(Consumer):
                 await super().seek(tp, offset)
 
     async def seek_to_committed(self) -> Any:
+        """Faust's seek of every assigned partition to its committed offset, tried again
+        when the assignment changed under it: aiokafka takes the assignment, awaits each
+        partition's committed offset, then seeks, and a rebalance meanwhile made that
+        seek raise IllegalStateError on a partition no longer assigned. Escaping, it
+        crashed Faust's fetcher service and stopped the worker (a second worker joining,
+        on the embedded broker). The new assignment is sought on the next try."""
+        for _ in range(SEEK_ATTEMPTS - 1):
+            try:
+                return await self._seek_to_committed_once()
+            except IllegalStateError as exc:
+                log.info("seeking to committed offsets: %s (the assignment changed "
+                         "meanwhile); seeking again", exc)
+                await asyncio.sleep(SEEK_PAUSE_SECONDS)
+        return await self._seek_to_committed_once()
+
+    async def _seek_to_committed_once(self) -> Any:
         self._committed_seen = await super().seek_to_committed()
         return self._committed_seen
 

@@ -32,8 +32,8 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 from monitor.settings import Settings
 from monitor.worker.connection import ConnectionProblem, TopicProblem, kafka_python_options
 
-__all__ = ["TopicProblem", "Wanted", "admin_client", "create_missing", "ensure_topics",
-           "input_topics", "topic_ids", "wanted"]
+__all__ = ["TopicProblem", "Wanted", "admin_client", "bounded", "create_missing",
+           "ensure_topics", "input_topics", "topic_ids", "wanted"]
 
 
 @dataclass(frozen=True)
@@ -65,10 +65,20 @@ def wanted(settings: Settings) -> list[Wanted]:
               if settings.otlp_topic else [])]
 
 
+def bounded(settings: Settings) -> dict[str, int]:
+    """kafka-python options that make a client give up within `connect_timeout_seconds`,
+    both joining the cluster and waiting for an answer. Its defaults are 30 s each, and a
+    consumer's offset lookup waits that long for partitions the broker does not know. The
+    worker's topic check makes up to four such clients a round, and a round caught by a
+    broker losing its log could hold the next one, which repairs the topics, off for
+    minutes (topics left unrepaired for over a minute once in CI, on Apache Kafka)."""
+    timeout_ms = int(settings.connect_timeout_seconds * 1000)
+    return {"request_timeout_ms": timeout_ms, "bootstrap_timeout_ms": timeout_ms}
+
+
 def admin_client(settings: Settings) -> KafkaAdminClient:
     """An admin client whose requests wait at most `connect_timeout_seconds`."""
-    return KafkaAdminClient(**kafka_python_options(settings),
-                            request_timeout_ms=int(settings.connect_timeout_seconds * 1000))
+    return KafkaAdminClient(**kafka_python_options(settings), **bounded(settings))
 
 
 def input_topics(settings: Settings) -> tuple[str, ...]:
@@ -176,8 +186,8 @@ def _fix_partitions(admin: KafkaAdminClient, settings: Settings, topic: Wanted,
 
 
 def _holds_data(settings: Settings, name: str, partitions: int) -> bool:
-    consumer = KafkaConsumer(**kafka_python_options(settings), group_id=None,
-                             enable_auto_commit=False)
+    consumer = KafkaConsumer(**kafka_python_options(settings), **bounded(settings),
+                             group_id=None, enable_auto_commit=False)
     try:
         tps = [TopicPartition(name, p) for p in range(partitions)]
         begin, end = consumer.beginning_offsets(tps), consumer.end_offsets(tps)

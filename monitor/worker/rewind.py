@@ -28,7 +28,7 @@ from kafka.errors import KafkaError
 
 from monitor.settings import Settings
 from monitor.worker.connection import kafka_python_options
-from monitor.worker.provision import admin_client
+from monitor.worker.provision import admin_client, bounded
 
 __all__ = ["lost_offsets", "rewind", "rewind_lost_offsets"]
 
@@ -51,8 +51,9 @@ def _lost(admin: KafkaAdminClient, settings: Settings,
             if tp.topic in names and meta.offset > 0}
     if not ours:
         return {}
-    consumer = KafkaConsumer(**kafka_python_options(settings), group_id=None,
-                             enable_auto_commit=False, auto_offset_reset="latest")
+    consumer = KafkaConsumer(**kafka_python_options(settings), **bounded(settings),
+                             group_id=None, enable_auto_commit=False,
+                             auto_offset_reset="latest")
     try:
         ends = consumer.end_offsets(list(ours))
         return {tp: f"{tp.topic}/{tp.partition}: committed offset {offset} is beyond the "
