@@ -138,14 +138,18 @@ class ApacheKafka:
             })
         return [f"{key}={value}" for key, value in props.items()]
 
-    def start(self, timeout_seconds: float = 90.0, keep_log: bool = False) -> ApacheKafka:
+    def start(self, timeout_seconds: float = 90.0, keep_log: bool = False,
+              same_port: bool = False) -> ApacheKafka:
         for attempt in range(3):
             try:
                 return self._start(timeout_seconds, keep_log)
             except PortTaken:
                 if keep_log or attempt == 2:
                     raise
-                self.port = free_ports(3)  # another job took a port between probe and bind
+                if same_port:  # a restart: wait for the port rather than move
+                    time.sleep(2.0)
+                else:  # another job took a port between probe and bind
+                    self.port = free_ports(3)
         raise AssertionError("unreachable")
 
     def _start(self, timeout_seconds: float, keep_log: bool) -> ApacheKafka:
@@ -188,7 +192,7 @@ class ApacheKafka:
         """Stop and start on the same port; without `keep_log` the log is formatted away
         (a broker that lost its disk)."""
         self.stop()
-        self.start(keep_log=keep_log)
+        self.start(keep_log=keep_log, same_port=True)  # its clients know only this port
 
     def _certificates(self) -> tuple[Path, Path]:
         """A CA, a server certificate it signed for 127.0.0.1 (key and chain in one PEM
