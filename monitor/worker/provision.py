@@ -71,8 +71,9 @@ def bounded(settings: Settings) -> dict[str, int]:
     consumer's offset lookup waits that long for partitions the broker does not know. The
     worker's topic check makes up to four such clients a round, and a round caught by a
     broker losing its log could hold the next one, which repairs the topics, off for
-    minutes (topics left unrepaired for over a minute once in CI, on Apache Kafka)."""
-    timeout_ms = int(settings.connect_timeout_seconds * 1000)
+    minutes (a likely cause of topics left unrepaired for over a minute once in CI, on
+    Apache Kafka). At least 1 s: a consumer's requests must outlast its fetch wait."""
+    timeout_ms = max(int(settings.connect_timeout_seconds * 1000), 1_000)
     return {"request_timeout_ms": timeout_ms, "bootstrap_timeout_ms": timeout_ms}
 
 
