@@ -13,7 +13,7 @@ calibration's own estimator is printed beside it: 1 / the mean over draws of the
 (pooling under-weights the references that alarm early, whose streams stop sooner). A
 reference's rate over few streams reads high, ARL0 low by O(1 / R): ~5-10% with R = 10
 (`ratio_bias.py`); use `--repeat 100 --chains 40 --steps 1500` where the figure matters
-(`--chains 4` draws too few references where a few carry the rate).
+(`--chains 4` draws few references: few alarms, and a wide reading, at long budgets).
 
     python benchmarks/long_nulls.py --key share --share 0.005 --sign 1 --windows 8e7
     python benchmarks/long_nulls.py --key location --windows 6e7   (n_ref / window 100)
@@ -89,6 +89,22 @@ def shape_stream(args: argparse.Namespace) -> tuple[det.NullModel, Empirical, fl
     return family, empirical, scale
 
 
+def passages(peaks: np.ndarray, hs: np.ndarray, chains: int, repeat: int
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """(alarms, windows watched), each (thresholds, references): for every threshold, the
+    streams of each drawn reference (`repeat` a reference, in order) that passed it
+    (`peaks`: their running peaks), and the windows they were watched to their first
+    passage or their end."""
+    steps = peaks.shape[1]
+    alarms = np.empty((len(hs), chains))
+    watched = np.empty((len(hs), chains))
+    for j, h in enumerate(hs):
+        passage = (peaks <= h).sum(axis=1)
+        alarms[j] = (passage < steps).reshape(chains, repeat).sum(axis=1)
+        watched[j] = np.minimum(passage + 1, steps).reshape(chains, repeat).sum(axis=1)
+    return alarms, watched
+
+
 def simulate(args: argparse.Namespace, simulated: det.NullModel, window: float
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(thresholds, alarms, windows watched, mean over draws of their false-alarm rate)
@@ -105,13 +121,10 @@ def simulate(args: argparse.Namespace, simulated: det.NullModel, window: float
             n = rng.poisson(window, (args.chains * args.repeat, args.steps)).astype(np.float64)
         peaks = np.maximum.accumulate(det.glr_scan(
             simulated, seen_n(n), simulated.sample(rng, n, args.chains, args.repeat)), axis=1)
-        for j, h in enumerate(hs):
-            passage = (peaks <= h).sum(axis=1)
-            alarmed = (passage < args.steps).reshape(args.chains, args.repeat).sum(axis=1)
-            seen = np.minimum(passage + 1, args.steps).reshape(args.chains, args.repeat).sum(axis=1)
-            alarms[j] += alarmed.sum()
-            watched[j] += seen.sum()
-            rates[j] += (alarmed / seen).sum()
+        alarmed, seen = passages(peaks, hs, args.chains, args.repeat)
+        alarms += alarmed.sum(axis=1)
+        watched += seen.sum(axis=1)
+        rates += (alarmed / seen).sum(axis=1)
         done += args.chains * args.repeat * args.steps
         draws += args.chains
     print(f"{simulated}, windows of {window:g}: {done:.3g} windows in "

@@ -50,12 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     while done < args.windows:
         n = rng.poisson(20.0, (args.chains * args.repeat, args.steps)).astype(np.float64)
         stat = det.glr_scan(key, key.window_n(n), key.sample(rng, n, args.chains, args.repeat))
-        peaks = np.maximum.accumulate(stat, axis=1)
-        for j, h in enumerate(hs):
-            passage = (peaks <= h).sum(axis=1)
-            alarms[j] += (passage < args.steps).reshape(args.chains, args.repeat).sum(axis=1)
-            seen = np.minimum(passage + 1, args.steps)
-            watched[j] += seen.reshape(args.chains, args.repeat).sum(axis=1)
+        alarmed, seen = long_nulls.passages(np.maximum.accumulate(stat, axis=1), hs,
+                                            args.chains, args.repeat)
+        alarms += alarmed
+        watched += seen
         done += args.chains * args.repeat * args.steps
     print(f"{args.shape} {args.seed} {args.stream} {args.direction}: {done:.3g} windows, "
           f"{args.repeat} streams a reference, in {time.time() - started:.0f} s")
