@@ -74,7 +74,8 @@ def key_of(args: argparse.Namespace) -> tuple[det.NullModel, float]:
 
 def shape_stream(args: argparse.Namespace) -> tuple[det.NullModel, Empirical, float]:
     """(the stream's family, its shape's null, threshold units per key unit)."""
-    shape = next(s for s in null_panel.SHAPES if s.name == args.shape)
+    shape = next(s for s in null_panel.SHAPES + null_panel.HELD_OUT
+                 if s.name == args.shape)
     lay = cells.layout()
     spec = next(s for s in stream_specs(lay)
                 if s.signal == args.stream and s.direction == args.direction)

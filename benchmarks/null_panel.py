@@ -136,6 +136,17 @@ SHAPES = [
     Shape("coverage99", "rate", p=0.99, signal="answer_coverage"),
     Shape("coverage99.5", "rate", p=0.995, signal="answer_coverage"),
 ]
+# Held out from the spread-drop tail's decay (session 46, named before they were run):
+# light-tailed smooth laws like the uniform whose drop that rule was read from. Not in the
+# panel's own runs; `long_nulls.py --shape` reads them.
+HELD_OUT = [
+    Shape("beta22", "signal", _beta(2, 2)),
+    Shape("beta153", "signal", _beta(1.5, 3)),
+    # Two more, named before they were run, flat as the uniform is (these two above turned
+    # out to be held by the carried shift, not by the tail the decay acts on).
+    Shape("beta1212", "signal", _beta(1.2, 1.2)),
+    Shape("narrowuniform", "signal", lambda rng, size: rng.uniform(0.3, 0.7, size)),
+]
 
 
 def cell_of(lay: Layout, shape: Shape, values: np.ndarray) -> Cell:

@@ -7,8 +7,10 @@ pooled over the references as the panel pools them (1 / the mean of their rates)
         ushape:12:top_score:up:/tmp/b.npz ... [--fixed-shift]
 
 `--fixed-shift` adds the threshold a location shift carried as a fixed difference beyond
-the shape's simulated curve would give (the rule before session 43). A cell reads NaN
-where its run saw fewer than 5 alarms beyond the threshold.
+the shape's simulated curve would give (the rule before session 43); `--falls 0,0.5,...`
+reads the product's thresholds with each of these values of `tails._FALL` (how fast a
+spread drop's tail point falls beyond the curve: 0 held it, before session 46). A cell
+reads NaN where its run saw fewer than 5 alarms beyond the threshold.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import replace
 import long_nulls
 import numpy as np
 
+from monitor.detect import tails
 from monitor.detect.thresholds import (
     _curve,
     _model_threshold,
@@ -47,12 +50,30 @@ def fixed_shift(family, empirical, window: float, budget: float) -> float:
     return _model_threshold(replace(family, atoms=None), n, budget) + shift
 
 
+def _threshold(rule: str, family, empirical, budget: float) -> float:
+    """The threshold `rule` gives at `budget`: the product's, with a fixed shift, or the
+    product's with `tails._FALL` set to the value the rule names."""
+    if rule == "fixed shift":
+        return fixed_shift(family, empirical, 20.0, budget)
+    if not rule.startswith("fall "):
+        return threshold(family, 20.0, budget)
+    kept = tails._FALL
+    tails._FALL = float(rule.split()[1])
+    try:
+        return threshold(family, 20.0, budget)
+    finally:
+        tails._FALL = kept
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="shape:seed:stream:direction:saved.npz")
     parser.add_argument("--fixed-shift", action="store_true")
+    parser.add_argument("--falls", type=lambda text: [float(x) for x in text.split(",")],
+                        default=[], help="values of tails._FALL to read the product at")
     args = parser.parse_args(argv)
-    rules = ("product", "fixed shift") if args.fixed_shift else ("product",)
+    rules = (["product", "fixed shift"] if args.fixed_shift else ["product"]) + [
+        f"fall {fall:g}" for fall in args.falls]
     pooled: dict[tuple[str, str, str, str], list[list[float]]] = defaultdict(list)
     for run in args.runs:
         shape, seed, stream, direction, path = run.split(":", 4)
@@ -60,8 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                                   seed=int(seed))
         family, empirical, scale = long_nulls.shape_stream(spec)
         for rule in rules:
-            reads = [arl0(path, (threshold(family, 20.0, b) if rule == "product"
-                                 else fixed_shift(family, empirical, 20.0, b)) / scale) / b
+            reads = [arl0(path, _threshold(rule, family, empirical, b) / scale) / b
                      for b in long_nulls.BUDGETS]
             pooled[(shape, stream, direction, rule)].append(reads)
             print(f"{shape} ({seed}) {stream} {direction}, {rule}: "

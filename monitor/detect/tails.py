@@ -19,7 +19,8 @@ sums over the detector's longer lags by convolution, at the typical size; and fo
 threshold h the union over lags of P(G_lag > h) and its largest term, one-sample (the
 reference taken as exact). The false-alarm rate lies between the two, nearer the largest
 term where single windows dominate; `threshold_beyond` reads where from the shape's
-simulated curve (simulated on Poisson window sizes too).
+simulated curve (simulated on Poisson window sizes too), and for a drop lets that point
+fall towards the union as h grows beyond it, as long runs of every smooth shape show.
 
 A rise is computed the same way, its windows pulled away from the mean (weighted by
 exp(t v^2)) instead of towards a value. There the carried shift runs cautious (the
@@ -51,6 +52,11 @@ _RISE_SPAN = 8      # and for a rise (a window beyond it only matters to the fir
 _TILTS = (0.5, 2.0, 8.0)  # strengths of the pull towards a value (standardised units)
 _CENTRES = 12       # values pulled towards, at quantiles of the shape's values
 _SPREADS = (0.25, 0.5, 1.0, 2.0)  # a rise's pulls away from the mean, exp(t v^2)
+# How fast the tail's point k falls beyond the curve: fitted on the null panel shapes'
+# long runs of a spread drop at 10^4-5.8 x 10^6 windows (0.5 of 0-1.0 kept the most
+# cells within +-30%); checked on two shapes held out of the fit, Beta(2, 2) and
+# Beta(1.5, 3) (benchmarks/RESULTS.md, "Session 46").
+_FALL = 0.5
 _STEP = 0.02        # the threshold grid's step
 _TOP = 150.0        # and its end: beyond it no budget a stream is given reaches
 _GRID = np.arange(0.0, _TOP, _STEP)
@@ -66,7 +72,16 @@ def threshold_beyond(key: Empirical, window_n: float, hs: np.ndarray, log_arls: 
     lag's term once in all: the false-alarm rate lies between them, nearer the largest
     term where single windows dominate. So log ARL0 = union + k (largest - union), k
     read off the curve's last 2.3 nats (clipped to [0, 1]); where the curve lies below
-    even the union, the union lowered by that much."""
+    even the union, the union lowered by that much.
+
+    For a drop, k falls beyond the curve as h grows (`_FALL`): the rarer the excursion,
+    the less the lags' exceedances overlap, and the nearer the rate comes to their union.
+    Measured on every smooth shape's long runs, one-sample and two-sample alike (uniform
+    scores: k 0.40 at log ARL0 10, 0.31-0.34 at 14); where single windows dominate (point
+    masses, few values) the union nears the largest term and k hardly matters. A rise
+    keeps k: its threshold is the midpoint of this tail and the carried shift, which holds
+    its budget (the fall on a rise put the U shape at 1.35x at 5.8 x 10^6 windows;
+    benchmarks/RESULTS.md, "Session 46")."""
     grid, union, largest = exponent(key, window_n)
     top = log_arls >= log_arls[-1] - 2.3
     at = np.minimum(np.searchsorted(grid, hs[top]), len(grid) - 1)
@@ -75,12 +90,20 @@ def threshold_beyond(key: Empirical, window_n: float, hs: np.ndarray, log_arls: 
         return float(hs[-1])
     gap = float(np.mean(log_arls[top][finite] - union[at][finite]))
     room = float(np.mean(largest[at][finite] - union[at][finite]))
+    k = np.full(len(grid), min(gap / max(room, 1e-9), 1.0))
+    if key.sign < 0:  # a rise's drift is met by `shape_shift`'s midpoint instead
+        k *= _falling(grid, float(hs[-1]))
     with np.errstate(invalid="ignore"):  # inf - inf where no lag reaches h: never
-        log_arl = (union + gap if gap <= 0.0
-                   else union + min(gap / max(room, 1e-9), 1.0) * (largest - union))
+        log_arl = union + gap if gap <= 0.0 else union + k * (largest - union)
     log_arl[np.isinf(union)] = np.inf
     reached = (grid >= hs[-1]) & (log_arl >= target)
     return float(grid[reached][0]) if reached.any() else float(grid[-1])
+
+
+def _falling(grid: np.ndarray, h_top: float) -> np.ndarray:
+    """k's fall beyond the curve's top `h_top`, as a factor on a threshold grid: (h_top /
+    h) ** `_FALL` beyond it, 1 within."""
+    return np.asarray(np.minimum(1.0, h_top / np.maximum(grid, 1e-9)) ** _FALL)
 
 
 @lru_cache(maxsize=128)  # ~120 KB each

@@ -1,7 +1,8 @@
 """A lumpy shape's spread tail (monitor/detect/tails.py): the law of one window
 importance-sampled from the shape matches its exact enumeration into the tail, for windows
 of one size and mixed over Poisson window sizes as traffic gives them, for a drop and for
-a rise; the union over lags lies below its largest term; and the threshold a four-valued
+a rise; the union over lags lies below its largest term; a drop's point between them falls
+beyond the simulated curve, a rise's does not; and the threshold a four-valued
 score's spread drop gets at 10^5 windows holds that budget on its own null simulated far
 longer than its calibration (the carried shift gave it 0.46x with windows of 20, and the
 tail of fixed windows 0.41-0.60x with Poisson window sizes: RESULTS.md, "Lumpy spread
@@ -87,6 +88,34 @@ def test_the_union_over_lags_lies_below_its_largest_term_and_rises_with_h(key):
     assert np.all(union <= largest + 1e-12)
     assert np.all(np.diff(union) >= -1e-9) and np.all(np.diff(largest) >= -1e-9)
     assert math.isfinite(union[grid.searchsorted(30.0)])  # one window can still reach 30
+
+
+@pytest.mark.parametrize("direction", [-1, 1], ids=["drop", "rise"])
+def test_a_drops_tail_point_falls_beyond_the_curve_and_a_rises_stays(direction, monkeypatch):
+    """Smooth scores (fifty normal scores, as the worker reads a continuous score), a curve
+    lying 0.45 of the way from the union to the largest term: at its top the threshold is
+    the same with k falling or held; beyond it a drop's lies above the held reading, the
+    more the further (k falls as h grows: RESULTS.md, "Session 46"), and a rise's stays."""
+    normal = special.ndtri((np.arange(50) + 0.5) / 50)
+    atoms = tuple((round(float(v), 4), 0.02) for v in normal / normal.std())
+    key = Empirical("spread", atoms, direction, 0.631, 2000.0)
+    grid, union, largest = tails.exponent(key, 20.0)
+    hs = np.linspace(6.0, 10.0, 40)
+    at = grid.searchsorted(hs)
+    log_arls = union[at] + 0.45 * (largest[at] - union[at])
+    targets = log_arls[-1] + np.array([0.0, 2.0, 6.0])
+
+    def read() -> np.ndarray:
+        return np.array([tails.threshold_beyond(key, 20.0, hs, log_arls, t) for t in targets])
+
+    falling = read()
+    monkeypatch.setattr(tails, "_FALL", 0.0)
+    held = read()
+    assert falling[0] == pytest.approx(held[0], abs=2 * tails._STEP)
+    if direction > 0:
+        assert np.array_equal(falling, held)
+    else:
+        assert 0.0 < falling[1] - held[1] < falling[2] - held[2], (falling, held)
 
 
 def test_a_four_valued_spread_drop_holds_a_long_budget_on_a_long_simulation():
