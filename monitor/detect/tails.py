@@ -77,7 +77,7 @@ def threshold_beyond(key: Empirical, window_n: float, hs: np.ndarray, log_arls: 
     For a drop, k falls beyond the curve as h grows (`_FALL`): the rarer the excursion,
     the less the lags' exceedances overlap, and the nearer the rate comes to their union.
     Measured on every smooth shape's long runs, one-sample and two-sample alike (uniform
-    scores: k 0.40 at log ARL0 10, 0.31-0.34 at 14); where single windows dominate (point
+    scores: k 0.40 at log ARL0 10, 0.30-0.34 at 12-13); where single windows dominate (point
     masses, few values) the union nears the largest term and k hardly matters. A rise
     keeps k: its threshold is the midpoint of this tail and the carried shift, which holds
     its budget (the fall on a rise put the U shape at 1.35x at 5.8 x 10^6 windows;
