@@ -32,7 +32,8 @@ from typing import ClassVar
 from monitor.broker import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "integration")]  # as pytest's
+# pythonpath has them: the test module imports the tests' own helpers
 from test_e2e_alerting import example_alertmanager  # noqa: E402  (the shipped config, rewired)
 
 

@@ -136,9 +136,9 @@ SHAPES = [
     Shape("coverage99", "rate", p=0.99, signal="answer_coverage"),
     Shape("coverage99.5", "rate", p=0.995, signal="answer_coverage"),
 ]
-# Held out from the spread-drop tail's decay (session 46, named before they were run):
-# light-tailed smooth laws like the uniform whose drop that rule was read from. Not in the
-# panel's own runs; `long_nulls.py --shape` reads them.
+# Held out of the choice of how fast a spread drop's tail point falls (`tails._FALL`,
+# session 46), named before they were run: light-tailed smooth laws like the uniform. Not
+# in the panel's own runs; `long_nulls.py --shape` reads them.
 HELD_OUT = [
     Shape("beta22", "signal", _beta(2, 2)),
     Shape("beta153", "signal", _beta(1.5, 3)),

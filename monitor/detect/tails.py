@@ -52,10 +52,10 @@ _RISE_SPAN = 8      # and for a rise (a window beyond it only matters to the fir
 _TILTS = (0.5, 2.0, 8.0)  # strengths of the pull towards a value (standardised units)
 _CENTRES = 12       # values pulled towards, at quantiles of the shape's values
 _SPREADS = (0.25, 0.5, 1.0, 2.0)  # a rise's pulls away from the mean, exp(t v^2)
-# How fast the tail's point k falls beyond the curve: fitted on the null panel shapes'
-# long runs of a spread drop at 10^4-5.8 x 10^6 windows (0.5 of 0-1.0 kept the most
-# cells within +-30%); checked on two shapes held out of the fit, Beta(2, 2) and
-# Beta(1.5, 3) (benchmarks/RESULTS.md, "Session 46").
+# How fast a drop's tail point k falls beyond the curve: chosen on the null panel shapes'
+# long runs of a spread drop at 10^4-5.8 x 10^6 windows (of 0, 0.25, 0.5, 0.75 and 1, the
+# one value with every cell within 0.7-1.3x), checked on four shapes held out of it
+# (benchmarks/RESULTS.md, "Session 46").
 _FALL = 0.5
 _STEP = 0.02        # the threshold grid's step
 _TOP = 150.0        # and its end: beyond it no budget a stream is given reaches
