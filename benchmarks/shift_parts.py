@@ -13,11 +13,9 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import replace
 
 import long_nulls
 
-from monitor.detect import tails
 from monitor.detect import thresholds as th
 
 BUDGETS = (1e4, 1e5, 1e6, 5.8e6)
@@ -34,19 +32,15 @@ def main(argv: list[str] | None = None) -> int:
         shape, seed = item.split(":")
         stream = argparse.Namespace(shape=shape, stream=args.stream, direction="down",
                                     seed=int(seed))
-        family, key, scale = long_nulls.shape_stream(stream)
-        n = th._shape_window(WINDOW)
-        hs, log_arls = th._curve(*th.calibration_key(key, n))
+        family, key, _ = long_nulls.shape_stream(stream)
+        log_arls = th._curve(*th.calibration_key(key, th._shape_window(WINDOW)))[1]
         top = math.exp(float(log_arls[-1]))
-        model = replace(family, atoms=None)
-        carried = scale * th._model_threshold(key, n, top) - th._model_threshold(model, n, top)
         parts = []
         for budget in BUDGETS:
-            if budget <= top:
+            carried, tail = th.shift_parts(family, WINDOW, budget)
+            if tail is None:
                 parts.append(f"{budget:.1e} within the curve")
                 continue
-            beyond = tails.threshold_beyond(key, n, hs, log_arls, math.log(budget))
-            tail = scale * beyond - th._model_threshold(model, n, budget)
             parts.append(f"{budget:.1e} carried {carried:+.2f} tail {tail:+.2f}")
         print(f"{shape} {seed} (curve to {top:.3g} windows): " + " | ".join(parts))
     return 0

@@ -57,7 +57,7 @@ from monitor.detect.empirical import Empirical
 from monitor.detect.shares import Odds
 
 __all__ = ["CALIBRATION_VERSION", "SHIPPED", "arl0_windows", "calibration_key", "extrapolated",
-           "key_name", "run_lengths", "saved", "threshold"]
+           "key_name", "run_lengths", "saved", "shift_parts", "threshold"]
 
 _MIN_ALARMS = 40  # alarms needed before an ARL0 estimate is trusted
 _STEPS = 1500     # windows simulated per stream; longer budgets are extrapolated
@@ -108,9 +108,21 @@ def shape_shift(family: GaussMean | GammaScale, window_n: float, arl0: float) ->
     the two (carried runs cautious, the tail eager). Skipped where the model holds:
     location when the window sum's skew and kurtosis are negligible, spread in windows
     of >= 2,000."""
+    carried, tail = shift_parts(family, window_n, arl0)
+    if tail is None:
+        return carried
+    return max(carried, tail) if family.sign < 0 else 0.5 * (carried + tail)
+
+
+def shift_parts(family: GaussMean | GammaScale, window_n: float, arl0: float
+                ) -> tuple[float, float | None]:
+    """`shape_shift`'s two parts at `arl0`: the shift carried from the shape's simulated
+    curve (a location shift beyond it as a share of the model's threshold), and beyond
+    the curve a spread stream's own tail (`tails`; None within the curve, or for
+    location)."""
     empirical = empirical_key(family, window_n)
     if empirical is None:
-        return 0.0
+        return 0.0, None
     n = _shape_window(window_n)
     hs, log_arls = _curve(*calibration_key(empirical, n))
     at = min(max(arl0, 2.0), math.exp(float(log_arls[-1])))
@@ -125,8 +137,8 @@ def shape_shift(family: GaussMean | GammaScale, window_n: float, arl0: float) ->
     if arl0 > at and empirical.kind == "spread":  # beyond: the shape's own tail too
         tail = (scale * tails.threshold_beyond(empirical, n, hs, log_arls, math.log(arl0))
                 - _model_threshold(model, n, arl0))
-        shift = max(shift, tail) if empirical.sign < 0 else 0.5 * (shift + tail)
-    return shift
+        return shift, tail
+    return shift, None
 
 
 def _shape_window(window_n: float) -> float:
