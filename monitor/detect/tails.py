@@ -90,20 +90,14 @@ def threshold_beyond(key: Empirical, window_n: float, hs: np.ndarray, log_arls: 
         return float(hs[-1])
     gap = float(np.mean(log_arls[top][finite] - union[at][finite]))
     room = float(np.mean(largest[at][finite] - union[at][finite]))
-    k = np.full(len(grid), min(gap / max(room, 1e-9), 1.0))
-    if key.sign < 0:  # a rise's drift is met by `shape_shift`'s midpoint instead
-        k *= _falling(grid, float(hs[-1]))
+    k = min(gap / max(room, 1e-9), 1.0) * (  # a rise's drift is met by `shape_shift`'s
+        np.minimum(1.0, hs[-1] / np.maximum(grid, 1e-9)) ** _FALL  # midpoint instead
+        if key.sign < 0 else 1.0)
     with np.errstate(invalid="ignore"):  # inf - inf where no lag reaches h: never
         log_arl = union + gap if gap <= 0.0 else union + k * (largest - union)
     log_arl[np.isinf(union)] = np.inf
     reached = (grid >= hs[-1]) & (log_arl >= target)
     return float(grid[reached][0]) if reached.any() else float(grid[-1])
-
-
-def _falling(grid: np.ndarray, h_top: float) -> np.ndarray:
-    """k's fall beyond the curve's top `h_top`, as a factor on a threshold grid: (h_top /
-    h) ** `_FALL` beyond it, 1 within."""
-    return np.asarray(np.minimum(1.0, h_top / np.maximum(grid, 1e-9)) ** _FALL)
 
 
 @lru_cache(maxsize=128)  # ~120 KB each
