@@ -204,8 +204,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="ragmon's share_odds_ratio (default: the product's, 1.75)")
     parser.add_argument("--pre", type=int, default=PRE,
                         help="stationary traces between the reference and the change")
+    parser.add_argument("--seed", type=int, default=2026,
+                        help="the draws' seed (another seed: an independent repeat)")
     args = parser.parse_args(argv)
-    rng = np.random.default_rng(2026)
+    rng = np.random.default_rng(args.seed)
     cal_traces = 200_000 if args.quick else 600_000
     arl_traces = 400_000 if args.quick else 2_000_000
     methods = args.methods.split(",")
