@@ -90,9 +90,9 @@ def threshold_beyond(key: Empirical, window_n: float, hs: np.ndarray, log_arls: 
         return float(hs[-1])
     gap = float(np.mean(log_arls[top][finite] - union[at][finite]))
     room = float(np.mean(largest[at][finite] - union[at][finite]))
-    k = min(gap / max(room, 1e-9), 1.0) * (  # a rise's drift is met by `shape_shift`'s
-        np.minimum(1.0, hs[-1] / np.maximum(grid, 1e-9)) ** _FALL  # midpoint instead
-        if key.sign < 0 else 1.0)
+    k = min(gap / max(room, 1e-9), 1.0)
+    if key.sign < 0:  # a drop's k falls beyond the curve's top; a rise's drift is met
+        k = k * np.minimum(1.0, hs[-1] / np.maximum(grid, 1e-9)) ** _FALL  # by shape_shift
     with np.errstate(invalid="ignore"):  # inf - inf where no lag reaches h: never
         log_arl = union + gap if gap <= 0.0 else union + k * (largest - union)
     log_arl[np.isinf(union)] = np.inf
