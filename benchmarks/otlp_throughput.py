@@ -14,7 +14,11 @@ split by trace, one message a trace keyed by its trace id in hex (the exporter w
 2. `otlp`: a worker with `RAGMON_OTLP_TOPIC` reads the spans, forwards, assembles,
    produces the decisions to its own fresh decisions topic and folds them;
 3. `otlp keyed`: the same on the keyed topic (buffered in its own partitions: no
-   re-keying hop through the spans topic).
+   re-keying hop through the spans topic);
+4. `bytes only`: aiokafka's `getmany` over the decisions topic of row 1 and over the
+   unkeyed otlp topic, records counted and nothing else (`worker_throughput.raw_getmany`):
+   the I/O ceiling of any reader of those bytes in one Python process, as decisions/s
+   (for the otlp topic: requests per message x messages/s).
 
 Both are timed from the worker's first checkpoint to the decisions checkpoint whose
 traces read reach N (checkpoint record timestamps, as `worker_throughput.py` does:
@@ -44,7 +48,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from worker_throughput import Checkpoints, cpu_seconds, start_worker, stop
+from worker_throughput import Checkpoints, cpu_seconds, raw_getmany, start_worker, stop
 
 from monitor.broker import EmbeddedBroker
 from monitor.client import ensure_topics, produce
@@ -208,22 +212,28 @@ def main() -> None:
         producer.flush()
         producer.close()
         rows: dict[str, list[tuple[float, float]]] = {"rag.decisions": [], "otlp": [],
-                                                      "otlp keyed": []}
+                                                      "otlp keyed": [],
+                                                      "rag.decisions bytes only": [],
+                                                      "otlp bytes only": []}
         for round_ in range(args.repeat):
             rows["rag.decisions"].append(run_worker(broker, workdir, args.requests, None, ready))
             rows["otlp"].append(run_worker(broker, workdir, args.requests, otlp,
                                            f"assembled-{stamp}-{round_}"))
             rows["otlp keyed"].append(run_worker(broker, workdir, args.requests, otlp_keyed,
                                                  f"assembled-keyed-{stamp}-{round_}"))
+            rows["rag.decisions bytes only"].append(
+                (asyncio.run(raw_getmany(broker.bootstrap, ready, args.requests)), 0.0))
+            fetched = asyncio.run(raw_getmany(broker.bootstrap, otlp, len(messages)))
+            rows["otlp bytes only"].append((fetched * args.requests / len(messages), 0.0))
         n = args.requests
         base = statistics.median(rate for rate, _ in rows["rag.decisions"])
         for name, results in rows.items():
             rates = [rate for rate, _ in results]
             cpu = statistics.median(c for _, c in results)
-            line = (f"{name:14s} median {statistics.median(rates):>8,.0f} decisions/s "
+            line = (f"{name:24s} median {statistics.median(rates):>8,.0f} decisions/s "
                     f"({statistics.median(rates) / base:.2f}x rag.decisions), "
-                    f"CPU {cpu:.1f} s per 100k decisions")
-            if name.startswith("otlp"):
+                    + (f"CPU {cpu:.1f} s per 100k decisions" if cpu else "no worker"))
+            if "otlp" in name:
                 line += f", {statistics.median(rates) * spans / n:,.0f} spans/s"
             print(line + "; rounds: " + ", ".join(f"{r:,.0f}" for r in rates))
 
