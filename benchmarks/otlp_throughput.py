@@ -1,4 +1,4 @@
-"""The otlp intake's throughput beside the decisions topic's, in one run on the embedded broker.
+"""The otlp intake's throughput beside the decisions topic's, in one run on one broker.
 
 N RAG requests are traced with the OpenTelemetry SDK as an instrumented app would trace
 them (OpenInference names): a root chain span, a retriever span with 5-10 scored
@@ -25,6 +25,10 @@ traces read reach N (checkpoint record timestamps, as `worker_throughput.py` doe
 nothing polls the worker), with the worker's CPU seconds over the same stretch.
 
     python benchmarks/otlp_throughput.py --requests 50000 --repeat 3
+    python benchmarks/otlp_throughput.py --requests 50000 --broker kafka
+
+`--broker kafka` runs it all on Apache Kafka (`tests/brokers.py`: ../shared/kafka, or
+KAFKA_HOME) instead of the embedded broker.
 
 Below ~100k requests a row lasts a few seconds, and its last traces wait for the quiet
 tick (`otlp_grace_seconds` of wall time with no spans): that fixed tail weighs in the
@@ -37,9 +41,11 @@ import argparse
 import asyncio
 import random
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
@@ -179,10 +185,20 @@ def run_worker(broker: EmbeddedBroker, workdir: Path, n: int, otlp: str | None,
         stop(process)
 
 
+def _broker(name: str, workdir: Path) -> Any:
+    if name == "embedded":
+        return EmbeddedBroker(log=workdir / "broker.log")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from brokers import ApacheKafka
+
+    return ApacheKafka(workdir)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=50_000)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--broker", choices=("embedded", "kafka"), default="embedded")
     args = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="ragmon-bench-otlp-"))
     started = time.perf_counter()
@@ -192,7 +208,7 @@ def main() -> None:
           f"({size / spans:.0f} bytes a span) in {time.perf_counter() - started:.0f} s")
     decisions = decisions_of(messages, load())
     assert len(decisions) == args.requests, len(decisions)
-    with EmbeddedBroker(log=workdir / "broker.log") as broker:
+    with _broker(args.broker, workdir) as broker:
         settings = broker.settings()
         ensure_topics(settings)
         stamp = time.time_ns()
