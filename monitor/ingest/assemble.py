@@ -120,8 +120,8 @@ def _kind(span: Span) -> str | None:
     kind = span.attrs.get("openinference.span.kind")
     if isinstance(kind, str) and kind:
         return kind.upper()
-    operation = span.attrs.get("gen_ai.operation.name")
-    if operation in _LLM_OPERATIONS:
+    operation = span.attrs.get("gen_ai.operation.name")  # any value type may come
+    if isinstance(operation, str) and operation in _LLM_OPERATIONS:
         return "LLM"
     if operation == "embeddings":
         return "EMBEDDING"

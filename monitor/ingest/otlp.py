@@ -142,7 +142,18 @@ def decode(raw: bytes, source: tuple[str, int, int],
            max_bytes: int = MAX_MESSAGE_BYTES, wire: bool = True) -> Decoded | NotOtlp:
     """The fragments of one `otlp_proto` or `otlp_json` message. An `otlp_proto` one is
     scanned by the compiled reader where it is built (`wire`; False: the reference,
-    protobuf's parse and a walk of its objects; both give the same fragments)."""
+    protobuf's parse and a walk of its objects; both give the same fragments). A message
+    whose reading raises is refused alone (`worker_error`: a bug, not the input), so that
+    it cannot stop the intake at every retry."""
+    try:
+        return _decode(raw, source, max_bytes, wire)
+    except Exception as exc:
+        return NotOtlp("worker_error", f"{type(exc).__name__} while reading the message (a "
+                       "bug in ragmon: please report it with the source offset)")
+
+
+def _decode(raw: bytes, source: tuple[str, int, int], max_bytes: int,
+            wire: bool) -> Decoded | NotOtlp:
     if len(raw) > max_bytes:
         return NotOtlp("too_large", f"{len(raw)} bytes > limit {max_bytes}")
     gather = _Gather(source)
@@ -202,8 +213,9 @@ class _Gather:
         fragment.end = max(fragment.end, span.end)
         self.spans += 1
         attrs = span.attrs
-        if (not span.parent or span.docs or span.evals or span.events
-                or len(attrs) > 1 or attrs.get("openinference.span.kind", "CHAIN") in _USED_KINDS):
+        kind = attrs.get("openinference.span.kind", "CHAIN")  # any value type may come
+        if (not span.parent or span.docs or span.evals or span.events or len(attrs) > 1
+                or (isinstance(kind, str) and kind.upper() in _USED_KINDS)):
             fragment.spans.append(span)
 
     def keep(self, pairs: Iterable[tuple[str, Any]], span: Span,

@@ -201,7 +201,14 @@ class SpanIntake:
         return out
 
     def _assemble(self, ready: Ready) -> Assembled | None:
-        raw = assemble(ready.trace_id, ready.spans)
+        try:
+            raw = assemble(ready.trace_id, ready.spans)
+        except Exception as exc:  # a bug, not the input: this trace alone is set apart
+            self.buffer.count("rejected")
+            detail = (f"{type(exc).__name__} while assembling the trace (a bug in ragmon: "
+                      "please report it with the source offset)")
+            return Assembled(ready.trace_id, ready.trace_id, None,
+                             Rejection("worker_error", detail, b"", 0), ready.source)
         if raw is None:
             self.buffer.count("no_decision")
             return None
