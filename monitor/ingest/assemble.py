@@ -17,7 +17,8 @@ from typing import Any, Final
 
 import msgspec
 
-from monitor.ingest.otlp import Span, Value
+from monitor.ingest.otlp import Span
+from monitor.ingest.otlp_values import Value
 
 __all__ = ["assemble", "decision_span", "is_root", "span_attributes"]
 

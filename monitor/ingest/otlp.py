@@ -15,20 +15,19 @@ that quotes nothing of the message.
 
 from __future__ import annotations
 
-import base64
 import binascii
-import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeAlias
 
 import msgspec
 from google.protobuf.message import DecodeError
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
+from monitor.ingest import otlp_values as read
 from monitor.ingest.contract import CONTENT_FIELDS
 from monitor.ingest.native import load
+from monitor.ingest.otlp_values import Value, documents
 
 if TYPE_CHECKING:  # mypy reads its stub (`_otlp_wire.pyi`) ...
     from monitor.ingest import _otlp_wire as WIRE
@@ -40,7 +39,6 @@ __all__ = ["MAX_MESSAGE_BYTES", "WIRE", "Decoded", "Fragment", "NotOtlp", "Span"
 # The Collector's Kafka exporter's default `max_message_bytes`: a limit of its own,
 # not the 256 KiB of a decision message.
 MAX_MESSAGE_BYTES: Final = 1_000_000
-Value: TypeAlias = str | bool | int | float | list[Any]
 
 # Attributes read by the mapping, by exact name (besides every `rag.*`).
 _KEPT: Final = frozenset({
@@ -162,6 +160,8 @@ def _decode(raw: bytes, source: tuple[str, int, int], max_bytes: int,
             document = msgspec.json.decode(raw)
         except msgspec.DecodeError:
             return NotOtlp("not_otlp", "otlp_json: not JSON")
+        except RecursionError:  # msgspec's own limit
+            return NotOtlp("not_otlp", "otlp_json: nested deeper than it can be read")
         if not isinstance(document, dict) or not isinstance(document.get("resourceSpans"), list):
             return NotOtlp("not_otlp", "otlp_json: no resourceSpans array")
         try:
@@ -236,8 +236,8 @@ class _Gather:
                 attrs[key] = value_of(raw)
             elif kind is _ROW:  # a numbered document or evaluation field
                 _, rows, index, at, content = route
-                _put(span.docs if rows == "docs" else span.evals, index, at,
-                     value_of(raw) if at is not None else "")
+                read.put_row(span.docs if rows == "docs" else span.evals, index, at,
+                             value_of(raw) if at is not None else "")
                 self.dropped += content
             else:  # gen_ai.retrieval.documents
                 found, dropped = documents(value_of(raw))
@@ -245,45 +245,31 @@ class _Gather:
                 self.dropped += dropped
 
 
-def documents(value: Value) -> tuple[list[tuple[str | None, float | None]], int]:
-    """GenAI `gen_ai.retrieval.documents`: a JSON array of `{"id", "score"}`, and how many
-    other fields its documents had (a document's content...: left behind, counted)."""
-    try:
-        parsed = json.loads(value) if isinstance(value, str) else value
-    except ValueError:
-        return [], 0
-    found: list[tuple[str | None, float | None]] = []
-    dropped = 0
-    for document in parsed if isinstance(parsed, list) else ():
-        if isinstance(document, dict):
-            dropped += sum(1 for key in document if key not in ("id", "score"))
-            found.append((_text(document.get("id")), _number(document.get("score"))))
-    return found, dropped
-
-
 def _walk_json(document: Any, gather: _Gather) -> None:
     for resource_spans in document.get("resourceSpans") or ():
-        resource = _json_attributes((resource_spans.get("resource") or {}).get("attributes"))
-        service, version = _service(resource)
+        resource = read.json_attributes((resource_spans.get("resource") or {}).get("attributes"))
+        service, version = read.service_of(resource)
         scopes = (resource_spans.get("scopeSpans")
                   or resource_spans.get("instrumentationLibrarySpans") or ())
         for scope in scopes:
             for raw in scope.get("spans") or ():
                 before = gather.dropped
-                span = Span(_json_id(raw.get("spanId"), 16), _json_id(raw.get("parentSpanId"), 16),
-                            int(raw.get("startTimeUnixNano") or 0),
-                            int(raw.get("endTimeUnixNano") or 0), service, version, {})
-                gather.keep(_json_pairs(raw.get("attributes")), span, _json_value)
+                span = Span(read.json_id(raw.get("spanId"), 16),
+                            read.json_id(raw.get("parentSpanId"), 16),
+                            read.json_int(raw.get("startTimeUnixNano") or 0, 0, 2**64),
+                            read.json_int(raw.get("endTimeUnixNano") or 0, 0, 2**64),
+                            service, version, {})
+                gather.keep(read.json_pairs(raw.get("attributes")), span, read.json_value)
                 for event in raw.get("events") or ():
                     name = event.get("name") or ""
                     if name in EVENTS:
                         kept = Span("", "", 0, 0, None, None, {})
-                        gather.keep(_json_pairs(event.get("attributes")), kept, _json_value)
+                        gather.keep(read.json_pairs(event.get("attributes")), kept, read.json_value)
                         span.events.append((name, kept.attrs))
                     else:
-                        gather.dropped += _content_count(k for k, _ in _json_pairs(
+                        gather.dropped += _content_count(k for k, _ in read.json_pairs(
                             event.get("attributes")))
-                trace_id = _json_id(raw.get("traceId"), 32)
+                trace_id = read.json_id(raw.get("traceId"), 32)
                 if len(trace_id) != 32 or len(span.span_id) != 16:
                     raise ValueError("a span without a trace id or span id")
                 gather.add(trace_id, span, gather.dropped - before)
@@ -291,7 +277,8 @@ def _walk_json(document: Any, gather: _Gather) -> None:
 
 def _walk_proto(data: TracesData, gather: _Gather) -> None:
     for resource_spans in data.resource_spans:
-        service, version = _service(_proto_attributes(resource_spans.resource.attributes))
+        resource = read.proto_attributes(resource_spans.resource.attributes)
+        service, version = read.service_of(resource)
         for scope in resource_spans.scope_spans:
             for raw in scope.spans:
                 if len(raw.trace_id) != 16 or len(raw.span_id) != 8:
@@ -300,104 +287,16 @@ def _walk_proto(data: TracesData, gather: _Gather) -> None:
                 span = Span(raw.span_id.hex(), raw.parent_span_id.hex(),
                             raw.start_time_unix_nano, raw.end_time_unix_nano,
                             service, version, {})
-                gather.keep(((kv.key, kv.value) for kv in raw.attributes), span, _proto_value)
+                gather.keep(((kv.key, kv.value) for kv in raw.attributes), span, read.proto_value)
                 for event in raw.events:
                     if event.name in EVENTS:
                         kept = Span("", "", 0, 0, None, None, {})
                         gather.keep(((kv.key, kv.value) for kv in event.attributes), kept,
-                                    _proto_value)
+                                    read.proto_value)
                         span.events.append((event.name, kept.attrs))
                     else:
                         gather.dropped += _content_count(kv.key for kv in event.attributes)
                 gather.add(raw.trace_id.hex(), span, gather.dropped - before)
-
-
-def _proto_attributes(pairs: Any) -> Iterator[tuple[str, Value]]:
-    for pair in pairs:
-        yield pair.key, _proto_value(pair.value)
-
-
-def _proto_value(value: AnyValue) -> Value:
-    kind = value.WhichOneof("value")
-    if kind == "string_value":
-        return value.string_value
-    if kind == "int_value":
-        return value.int_value
-    if kind == "double_value":
-        return value.double_value
-    if kind == "bool_value":
-        return value.bool_value
-    if kind == "array_value":
-        return [_proto_value(item) for item in value.array_value.values]
-    return ""  # kvlist and bytes values: nothing the mapping reads
-
-
-def _json_attributes(pairs: Any) -> Iterator[tuple[str, Value]]:
-    for key, value in _json_pairs(pairs):
-        yield key, _json_value(value)
-
-
-def _json_pairs(pairs: Any) -> Iterator[tuple[str, dict[str, Any]]]:
-    for pair in pairs or ():
-        yield pair["key"], pair.get("value") or {}
-
-
-def _json_value(value: dict[str, Any]) -> Value:
-    if "stringValue" in value:
-        return str(value["stringValue"])
-    if "intValue" in value:
-        return int(value["intValue"])  # a string in OTLP/JSON (64-bit)
-    if "doubleValue" in value:
-        return float(value["doubleValue"])
-    if "boolValue" in value:
-        return bool(value["boolValue"])
-    if "arrayValue" in value:
-        return [_json_value(item) for item in (value["arrayValue"] or {}).get("values") or ()]
-    return ""
-
-
-def _json_id(value: Any, length: int) -> str:
-    """A trace or span id of OTLP/JSON: hex (the spec), or base64 (protobuf's own JSON
-    mapping, which some clients write); "" when absent."""
-    if not value:
-        return ""
-    if not isinstance(value, str):
-        raise TypeError("an id that is not a string")
-    if len(value) == length and re.fullmatch(r"[0-9a-fA-F]+", value):
-        return value.lower()
-    decoded = base64.b64decode(value, validate=True)
-    if len(decoded) * 2 != length:
-        raise ValueError("an id of the wrong length")
-    return decoded.hex()
-
-
-def _service(resource: Iterable[tuple[str, Value]]) -> tuple[str | None, str | None]:
-    found = dict(resource)
-    name, version = found.get("service.name"), found.get("service.version")
-    return (name if isinstance(name, str) else None,
-            version if isinstance(version, str) else None)
-
-
-def _put(rows: list[tuple[Any, Any]], index: int, at: int | None, value: Value) -> None:
-    """Set field `at` (None: no field, the row only) of row `index` (documents and
-    evaluations come as numbered keys)."""
-    if index > 1000:  # a numbered key no instrumentor writes: not worth a row each
-        return
-    while len(rows) <= index:
-        rows.append((None, None))
-    first, second = rows[index]
-    if at == 0:
-        rows[index] = (_text(value), second)
-    elif at == 1:
-        rows[index] = (first, _number(value))
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _is_content(key: str) -> bool:

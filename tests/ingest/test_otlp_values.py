@@ -7,6 +7,7 @@ or rejects the trace, counted, and never stops. Before session 48 an array-value
 
 from __future__ import annotations
 
+import json
 import math
 
 import msgspec
@@ -16,6 +17,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyVa
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, TracesData
 
 from monitor.ingest.otlp import _KEPT, WIRE, NotOtlp, decode
+from monitor.ingest.otlp_values import ARRAY_DEPTH
 from monitor.ingest.spans import SpanIntake
 from monitor.settings import load
 
@@ -152,3 +154,71 @@ def test_a_failure_while_reading_or_assembling_sets_apart_that_message_or_trace_
     assert [int(a.trace_id, 16) for a in failed] == [last]
     assert failed[0].raw is None and failed[0].rejection.payload == b""
     assert intake.buffer.counts["traces_rejected"] == sum(a.rejection is not None for a in taken)
+
+
+def _json_span(**fields: object) -> bytes:
+    span = {"traceId": "a" * 32, "spanId": "b" * 16, "startTimeUnixNano": "1000",
+            "endTimeUnixNano": "2000", "attributes": [
+                {"key": "rag.decision", "value": {"stringValue": "answer"}},
+                {"key": "rag.release", "value": {"stringValue": "r1"}}]}
+    span.update(fields)
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode()
+
+
+@pytest.mark.parametrize("fields", [
+    {"startTimeUnixNano": "9" * 30}, {"endTimeUnixNano": str(2**64)},
+    {"startTimeUnixNano": "-1"},
+    {"attributes": [{"key": "rag.signals.retrieved", "value": {"intValue": str(2**63)}}]},
+    {"attributes": [{"key": "rag.signals.retrieved", "value": {"intValue": -(2**63) - 1}}]},
+])
+def test_otlp_json_integers_beyond_their_fields_range_are_not_otlp(fields):
+    """Beyond int64 (values) or uint64 (times), as protobuf's JSON mapping refuses them:
+    before session 48 they were read, and a spans record or a checkpoint could not hold
+    them (OverflowError in the worker, retried forever)."""
+    found = decode(_json_span(**fields), ("otlp_spans", 0, 1))
+    assert isinstance(found, NotOtlp) and found.reason == "not_otlp", found
+
+
+def test_the_limits_of_the_fields_ranges_are_read_and_held():
+    raw = _json_span(endTimeUnixNano=str(2**64 - 1), attributes=[
+        {"key": "rag.decision", "value": {"stringValue": "answer"}},
+        {"key": "rag.signals.low", "value": {"intValue": str(-(2**63))}},
+        {"key": "gen_ai.retrieval.documents",
+         "value": {"stringValue": '[{"id": "d", "score": ' + "9" * 400 + "}]"}}])
+    found = decode(raw, ("otlp_spans", 0, 1))
+    assert not isinstance(found, NotOtlp), found
+    intake = SpanIntake(load(None))
+    intake.merge(found.fragments)
+    msgspec.msgpack.encode(found.fragments)  # a spans record holds them
+    (taken,) = intake.take(final=True)
+    intake.buffer.to_bytes()
+    assert taken.rejection is not None or taken.raw is not None
+    (span,) = found.fragments[0].spans
+    assert span.docs == [("d", None)]  # a score beyond a float's range is no score
+
+
+@pytest.mark.parametrize("encoding", ["otlp_proto", "otlp_json"])
+def test_arrays_nested_as_deep_as_protobuf_reads_them_and_no_deeper(encoding):
+    """Both encodings read arrays in arrays to `ARRAY_DEPTH` and refuse one more level
+    as not OTLP (in OTLP/JSON a deeper value raised RecursionError before session 48)."""
+    read = []
+    for depth in (ARRAY_DEPTH, ARRAY_DEPTH + 1, 5000):
+        value = AnyValue(string_value="x")
+        if encoding == "otlp_json" and depth == 5000:  # beyond what protobuf can build
+            nested = '{"arrayValue": {"values": [' * depth + '{"stringValue": "x"}' + \
+                     "]}}" * depth
+            raw = _json_span().replace(b'"attributes": [', b'"attributes": [{"key": '
+                                       b'"rag.x", "value": ' + nested.encode() + b"}, ")
+        elif depth == 5000:
+            continue
+        else:
+            for _ in range(depth):
+                value = AnyValue(array_value=ArrayValue(values=[value]))
+            (span,) = _trace(1, "rag.x", value)[:1]
+            data = TracesData(resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(
+                spans=[span])])])
+            raw = (data.SerializeToString() if encoding == "otlp_proto"
+                   else MessageToJson(data, indent=None).encode())
+        found = decode(raw, ("otlp_spans", 0, depth))
+        read.append(getattr(found, "reason", "read"))
+    assert read[:2] == ["read", "not_otlp"] and set(read[2:]) <= {"not_otlp"}
