@@ -279,6 +279,47 @@ def test_a_broker_restart_keeps_the_span_intake_exact(broker, tmp_path):
         stop(process)
 
 
+def test_hostile_spans_are_set_apart_and_the_intake_goes_on(broker, tmp_path):
+    """Spans that stopped the intake before session 48 (an array-valued span kind and
+    operation name; OTLP/JSON with a time beyond 64 bits, and arrays nested 5,000 deep):
+    the trace of the first is assembled, the JSON messages are dead-lettered `not_otlp`,
+    and an app's decisions sent after them are all counted."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    settings = broker.settings()
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.version": "h-1"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with provider.get_tracer("t").start_as_current_span("gate") as gate:
+        gate.set_attributes({"rag.decision": "answer", "rag.reason": "ok"})
+        with provider.get_tracer("t").start_as_current_span("llm") as llm:
+            llm.set_attributes({"openinference.span.kind": ["LLM"],
+                                "gen_ai.operation.name": ["chat"]})
+    span = {"traceId": "a" * 32, "spanId": "b" * 16, "startTimeUnixNano": "1",
+            "endTimeUnixNano": str(2**64), "attributes": []}
+    deep = b'{"arrayValue": {"values": [' * 5000 + b'{"stringValue": "x"}' + b"]}}" * 5000
+    hostile = [json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode(),
+               b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "' + b"c" * 32
+               + b'", "spanId": "' + b"d" * 16 + b'", "attributes": [{"key": "rag.x", '
+               b'"value": ' + deep + b"}]}]}]}]}"]
+    spans, decided = genai_app(20, seed=61)
+    process, port = start_worker(broker, tmp_path, env=OTLP)
+    try:
+        send(settings, [*messages(exporter.get_finished_spans(), "otlp_proto", 10), *hostile])
+        send(settings, messages(spans, "otlp_proto", 10))
+        got = wait_for(lambda: (m := scrape(port)) and sum(by_decision(m).values()) >= 21
+                       and m, timeout=120, what="the decisions after the hostile spans")
+        assert by_decision(got) == expected(decided)[0] + Counter({("h-1", "answer"): 1})
+        assert otlp(got, "messages", "rejected") == 2
+        letters = read_dlq(broker.bootstrap, settings.topic_dlq, 2)
+        assert [dict(r.headers)["ragmon.reason"] for r in letters] == [b"not_otlp"] * 2
+    finally:
+        stop(process)
+
+
 def test_a_flood_of_spans_that_never_complete_is_bounded_and_decisions_go_on(broker, tmp_path):
     """200,000 spans of 100,000 traces that never complete (no root ever arrives), the
     buffers bounded at 2,000 traces a partition: they are evicted (counted), memory
