@@ -28,7 +28,9 @@ nothing polls the worker), with the worker's CPU seconds over the same stretch.
     python benchmarks/otlp_throughput.py --requests 50000 --broker kafka
 
 `--broker kafka` runs it all on Apache Kafka (`tests/brokers.py`: ../shared/kafka, or
-KAFKA_HOME) instead of the embedded broker.
+KAFKA_HOME) instead of the embedded broker; `--workers N` runs N worker processes of one
+consumer group in each worker row (all of them timed together: the rate is theirs, the
+CPU their sum).
 
 Below ~100k requests a row lasts a few seconds, and its last traces wait for the quiet
 tick (`otlp_grace_seconds` of wall time with no spans): that fixed tail weighs in the
@@ -136,7 +138,7 @@ def decisions_of(messages: list[bytes], settings: Settings) -> list[bytes]:
 
 
 async def timed(bootstrap: str, settings: Settings, app_id: str, topic: str, n: int,
-                pid: int) -> tuple[float, float]:
+                pids: list[int]) -> tuple[float, float]:
     """Decisions/s from the worker's first checkpoint (of any kind) until its decisions
     checkpoints hold `n` traces read (those read by the first one left out), and CPU
     seconds per 100,000 decisions meanwhile."""
@@ -154,15 +156,19 @@ async def timed(bootstrap: str, settings: Settings, app_id: str, topic: str, n: 
                 if record.key.startswith(decisions_prefix):
                     seen.read[record.key] = _read(record.value)
                 if not first_ms:
-                    first_ms, first_cpu = record.timestamp, cpu_seconds(pid)[0]
+                    first_ms, first_cpu = record.timestamp, _cpu(pids)
                     first_read = sum(seen.read.values())
                 if sum(seen.read.values()) >= n:
                     traces = n - first_read
                     return (traces / ((record.timestamp - first_ms) / 1e3),
-                            (cpu_seconds(pid)[0] - first_cpu) / traces * 1e5)
+                            (_cpu(pids) - first_cpu) / traces * 1e5)
     finally:
         await seen.consumer.stop()
     raise RuntimeError("the worker did not finish; see its log")
+
+
+def _cpu(pids: list[int]) -> float:
+    return sum(cpu_seconds(pid)[0] for pid in pids)
 
 
 def _read(blob: bytes) -> int:
@@ -171,18 +177,22 @@ def _read(blob: bytes) -> int:
 
 
 def run_worker(broker: EmbeddedBroker, workdir: Path, n: int, otlp: str | None,
-               decisions: str) -> tuple[float, float]:
+               decisions: str, workers: int = 1) -> tuple[float, float]:
+    """Decisions/s and CPU per 100k decisions of `workers` worker processes of one app
+    (one consumer group), reading `otlp` (None: the decisions topic alone)."""
     settings = broker.settings()
     app_id = f"bench-{time.time_ns()}"
     env = {"RAGMON_APP_ID": app_id, "RAGMON_TOPIC_DECISIONS": decisions,
            "RAGMON_TOPIC_SPANS": f"spans-{app_id}"}
     if otlp:
         env["RAGMON_OTLP_TOPIC"] = otlp
-    process = start_worker(broker, workdir, None, **env)
+    processes = [start_worker(broker, workdir, None, **env) for _ in range(workers)]
     try:
-        return asyncio.run(timed(broker.bootstrap, settings, app_id, decisions, n, process.pid))
+        return asyncio.run(timed(broker.bootstrap, settings, app_id, decisions, n,
+                                 [process.pid for process in processes]))
     finally:
-        stop(process)
+        for process in processes:
+            stop(process)
 
 
 def _broker(name: str, workdir: Path) -> Any:
@@ -199,6 +209,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=50_000)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--broker", choices=("embedded", "kafka"), default="embedded")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="worker processes of each row, one consumer group (default 1)")
     args = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="ragmon-bench-otlp-"))
     started = time.perf_counter()
@@ -232,11 +244,13 @@ def main() -> None:
                                                       "rag.decisions bytes only": [],
                                                       "otlp bytes only": []}
         for round_ in range(args.repeat):
-            rows["rag.decisions"].append(run_worker(broker, workdir, args.requests, None, ready))
+            rows["rag.decisions"].append(run_worker(broker, workdir, args.requests, None, ready,
+                                                    args.workers))
             rows["otlp"].append(run_worker(broker, workdir, args.requests, otlp,
-                                           f"assembled-{stamp}-{round_}"))
+                                           f"assembled-{stamp}-{round_}", args.workers))
             rows["otlp keyed"].append(run_worker(broker, workdir, args.requests, otlp_keyed,
-                                                 f"assembled-keyed-{stamp}-{round_}"))
+                                                 f"assembled-keyed-{stamp}-{round_}",
+                                                 args.workers))
             rows["rag.decisions bytes only"].append(
                 (asyncio.run(raw_getmany(broker.bootstrap, ready, args.requests)), 0.0))
             fetched = asyncio.run(raw_getmany(broker.bootstrap, otlp, len(messages)))
