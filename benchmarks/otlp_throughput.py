@@ -27,8 +27,8 @@ nothing polls the worker), with the worker's CPU seconds over the same stretch.
     python benchmarks/otlp_throughput.py --requests 50000 --repeat 3
     python benchmarks/otlp_throughput.py --requests 50000 --broker kafka
 
-`--broker kafka` runs it all on Apache Kafka (`tests/brokers.py`: ../shared/kafka, or
-KAFKA_HOME) instead of the embedded broker; `--workers N` runs N worker processes of one
+`--broker kafka` runs it all on Apache Kafka (`tests/brokers.py`, the one the tests
+start) instead of the embedded broker; `--workers N` runs N worker processes of one
 consumer group in each worker row (all of them timed together: the rate is theirs, the
 CPU their sum).
 

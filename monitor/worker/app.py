@@ -61,10 +61,6 @@ __all__ = ["Worker", "build", "credentials"]
 log = logging.getLogger("ragmon.worker")
 TOPIC_CHECK_SECONDS = 10.0
 FETCH_BYTES = 16 * 1024 * 1024  # per partition and fetch
-# A record batch's size, produced: aiokafka sends one batch per partition at a time, so
-# Faust's default of 16 KiB (~30 assembled decisions) took a round trip per 30: ~22 us
-# a decision produced from spans, ~3 us at 256 KiB (benchmarks/RESULTS.md, "Session 48").
-PRODUCE_BATCH_BYTES = 256 * 1024
 T = TypeVar("T")
 TopicKind = EventKind | Literal["otlp", "spans"]  # a topic's batch: events, or otlp spans
 # The worker's own counters, carried through a restart in place (inputs: the checkpoints').
@@ -371,7 +367,8 @@ def build(settings: Settings) -> Worker:
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
         producer_max_request_size=settings.state_max_bytes,
-        producer_max_batch_size=PRODUCE_BATCH_BYTES,
+        # A round trip a batch: 16 KiB cost 22 us an assembled decision (RESULTS.md, s. 48)
+        producer_max_batch_size=256 * 1024,
     )
     worker = Worker(settings, app)
     app.take, app.gather = worker.take, (settings.batch_size, settings.batch_seconds)
