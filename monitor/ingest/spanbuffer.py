@@ -209,10 +209,24 @@ class SpanBuffer:
         self.done[trace_id] = self.clock
         return Ready(trace_id, pending.spans, complete, pending.decision_source)
 
-    def to_bytes(self) -> bytes:
-        state = _State(self.clock, self.pending, self.done, dict(self.counts), self.sources,
-                       self.marks)
-        return bytes(lz4.frame.compress(_encoder.encode(state)))
+    def to_bytes(self, limit: int | None = None) -> bytes:
+        """The buffer as a checkpoint of at most `limit` bytes: while it is larger, the
+        oldest waiting traces are evicted (counted), incomplete ones first, so that a
+        checkpoint the state topic cannot take never stops the intake (spans of big
+        traces can outgrow `state_max_bytes` before `max_traces` is reached)."""
+        while True:
+            state = _State(self.clock, self.pending, self.done, dict(self.counts),
+                           self.sources, self.marks)
+            blob = bytes(lz4.frame.compress(_encoder.encode(state)))
+            if limit is None or len(blob) <= limit or not self.pending:
+                return blob
+            share = 1 - 0.9 * limit / len(blob)  # of the waiting traces, enough to fit
+            count = max(1, int(len(self.pending) * share))
+            oldest = [t for t in self.pending if t not in self._complete][:count]
+            oldest += [t for t in self.pending if t in self._complete][:count - len(oldest)]
+            for trace_id in oldest:
+                self._take(trace_id, False)
+            self.counts["traces_evicted"] += len(oldest)
 
     def restore(self, blob: bytes) -> None:
         """Put back what `to_bytes` wrote."""

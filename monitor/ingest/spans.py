@@ -25,7 +25,9 @@ from monitor.ingest.spanbuffer import Marks, Ready, SpanBuffer
 __all__ = ["Assembled", "Forwarded", "SpanIntake", "SpanSettings", "SpansRecord", "buffer_of",
            "forward", "records_of", "spans_record"]
 
-_FRAGMENTS_BYTES: Final = 1024 * 1024  # a spans record holds fragments up to about this
+# A spans record's fragments at most (under the 1 MiB the smallest `state_max_bytes`, and
+# the spans topic's `max.message.bytes`, allow with the record's framing).
+_FRAGMENTS_BYTES: Final = 960 * 1024
 
 
 class SpansRecord(msgspec.Struct, array_like=True, gc=False):
@@ -86,16 +88,25 @@ def forward(raws: list[bytes], sources: list[tuple[str, int, int]], partitions: 
 
 def records_of(fragments: dict[int, list[Fragment]], partitions: int,
                marks: Marks | None = None) -> dict[int, list[bytes]]:
-    """A forwarded batch's records, by spans partition: its fragments in records of about
+    """A forwarded batch's records, by spans partition: its fragments in records of at most
     `_FRAGMENTS_BYTES`; with `marks`, every partition gets them on its last record (a
     record of no fragments where the batch has none for it), after the fragments they
     vouch for."""
     records = {}
     for partition in range(partitions) if marks is not None else sorted(fragments):
-        chunks = _chunks(fragments.get(partition, []))
-        records[partition] = [_records.encode(SpansRecord(chunk, None)) for chunk in chunks[:-1]]
-        records[partition].append(_records.encode(SpansRecord(chunks[-1], marks)))
+        chunks = _chunks([_records.encode(f) for f in fragments.get(partition, [])])
+        records[partition] = [_record(chunk, None) for chunk in chunks[:-1]]
+        records[partition].append(_record(chunks[-1], marks))
     return records
+
+
+def _record(encoded: list[bytes], marks: Marks | None) -> bytes:
+    """`SpansRecord(fragments, marks)` as msgspec encodes it, from its fragments encoded
+    one by one (so that a record's size is known before it is made)."""
+    count = len(encoded)
+    head = (bytes([0x90 | count]) if count < 16 else b"\xdc" + count.to_bytes(2, "big")
+            if count < 2**16 else b"\xdd" + count.to_bytes(4, "big"))
+    return b"\x92" + head + b"".join(encoded) + _records.encode(marks)
 
 
 def _names(key: bytes | None, fragment: Fragment) -> bool:
@@ -118,17 +129,17 @@ def spans_record(record: bytes) -> SpansRecord:
         return SpansRecord(_read_fragments.decode(record))
 
 
-def _chunks(fragments: list[Fragment]) -> list[list[Fragment]]:
-    """Fragments in records of about `_FRAGMENTS_BYTES` (a guess by span count: a kept
-    span encodes to ~100-300 bytes)."""
-    chunks: list[list[Fragment]] = [[]]
-    spans = 0
-    for fragment in fragments:
-        if spans >= _FRAGMENTS_BYTES // 300 and chunks[-1]:
+def _chunks(encoded: list[bytes]) -> list[list[bytes]]:
+    """Encoded fragments in records of at most `_FRAGMENTS_BYTES` (a fragment larger than
+    that alone: it came from one OTLP message, which `otlp_max_message_bytes` bounds)."""
+    chunks: list[list[bytes]] = [[]]
+    size = 0
+    for fragment in encoded:
+        if size + len(fragment) > _FRAGMENTS_BYTES and chunks[-1]:
             chunks.append([])
-            spans = 0
+            size = 0
         chunks[-1].append(fragment)
-        spans += len(fragment.spans) + 1
+        size += len(fragment)
     return chunks
 
 

@@ -114,6 +114,8 @@ class SpanStage:
         self.messages: Counter[str] = Counter(read=0, rejected=0)
         self.sources: dict[int, _Source] = {}  # otlp partitions forwarded from, by number
         self.sent: Marks | None = None         # the marks sent last
+        # A buffer's checkpoint, its wrapper and a record batch's framing in one request.
+        self.checkpoint_limit = settings.state_max_bytes - 64 * 1024
 
     def state_key(self, where: Where) -> bytes:
         return f"{self.settings.app_id}:{where[0]}:{where[1]}".encode()
@@ -276,7 +278,7 @@ class SpanStage:
             await asyncio.gather(*[await self.state_topic.send(
                 key=self.state_key(step.where), partition=self.state_partition(step.where),
                 value=msgspec.msgpack.encode(_Checkpoint(
-                    step.applied, step.held.intake.buffer.to_bytes())))
+                    step.applied, step.held.intake.buffer.to_bytes(self.checkpoint_limit))))
                 for step in work])
         except BaseException:
             for step in work:
