@@ -101,12 +101,10 @@ def records_of(fragments: dict[int, list[Fragment]], partitions: int,
 
 
 def _record(encoded: list[bytes], marks: Marks | None) -> bytes:
-    """`SpansRecord(fragments, marks)` as msgspec encodes it, from its fragments encoded
-    one by one (so that a record's size is known before it is made)."""
-    count = len(encoded)
-    head = (bytes([0x90 | count]) if count < 16 else b"\xdc" + count.to_bytes(2, "big")
-            if count < 2**16 else b"\xdd" + count.to_bytes(4, "big"))
-    return b"\x92" + head + b"".join(encoded) + _records.encode(marks)
+    """`SpansRecord(fragments, marks)` as msgspec encodes it (an array: the struct is
+    array-like), from its fragments encoded one by one (so that a record's size is known
+    before it is made)."""
+    return _records.encode(([msgspec.Raw(fragment) for fragment in encoded], marks))
 
 
 def _names(key: bytes | None, fragment: Fragment) -> bool:
