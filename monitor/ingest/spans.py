@@ -170,15 +170,18 @@ class Assembled(NamedTuple):
     source: tuple[str, int, int] | None
 
 
-def buffer_of(settings: SpanSettings) -> SpanBuffer:
+def buffer_of(settings: SpanSettings, marked: bool = False) -> SpanBuffer:
     return SpanBuffer(settings.otlp_grace_seconds, settings.otlp_timeout_seconds,
-                      settings.otlp_pending_max, settings.otlp_spans_per_trace_max)
+                      settings.otlp_pending_max, settings.otlp_spans_per_trace_max, marked)
 
 
 class SpanIntake:
-    def __init__(self, settings: SpanSettings) -> None:
+    """`marked`: fed through the spans topic, judged by the forwarders' marks only
+    (`SpanBuffer`); not for a file or an OTLP partition read in order."""
+
+    def __init__(self, settings: SpanSettings, marked: bool = False) -> None:
         self.settings = settings
-        self.buffer = buffer_of(settings)
+        self.buffer = buffer_of(settings, marked)
         self.messages: Counter[str] = Counter(read=0, rejected=0)
 
     def read(self, raw: bytes, source: tuple[str, int, int]) -> Decoded | NotOtlp:

@@ -298,7 +298,7 @@ class SpanStage:
         key = self.state_key(where)
         found = await topics.read_topic(self.settings, self.settings.topic_state,
                                         self.state_partition(where), lambda k: k == key)
-        intake = SpanIntake(self.settings)
+        intake = SpanIntake(self.settings, marked=where[0] == self.settings.topic_spans)
         blob = found.get(key)
         if blob is None:
             log.info("span buffer %s/%d: new", *where)

@@ -139,3 +139,30 @@ def test_a_spans_record_from_before_the_marks_is_still_read():
     assert spans_record(old).fragments == [fragment] and spans_record(old).marks is None
 
 
+
+
+def test_a_buffer_fed_through_the_spans_topic_takes_nothing_before_its_first_marks():
+    """A forwarded batch's fragments to one spans partition can fill several records; the
+    marks ride on the last. A worker's fetch may end between them: the buffer has
+    fragments and no marks yet. By its own clock it took complete traces whose other
+    spans were still in a slower OTLP partition (late spans on Apache Kafka)."""
+    spans = [a_span(f"{n:016x}", "", 100.0 + n / 100, **{"rag.decision": "answer",
+                                                         "rag.note": f"{n:0300d}"})
+             for n in range(4000)]
+    fragments = [a_fragment(f"{n:032x}", n, span) for n, span in enumerate(spans)]
+    first, last = records_of({0: fragments}, 1, Marks(2, [(0, _ns(140.0), True),
+                                                          (1, _ns(90.0), False)]))[0]
+    intake = SpanIntake(load(), marked=True)
+    early = spans_record(first)
+    assert early.marks is None and early.fragments  # fragments before their marks
+    intake.merge(early.fragments)
+    assert intake.take(clock=1e6) == []
+    unmarked = SpanIntake(load())  # a file, or an OTLP partition read in order
+    unmarked.merge(early.fragments)
+    assert len(unmarked.take()) > 0
+    found = spans_record(last)
+    intake.merge(found.fragments)
+    intake.mark(found.marks)
+    assert intake.take() == []  # partition 1 is behind at 90
+    intake.mark(Marks(2, [(1, _ns(200.0), True)]))
+    assert len(intake.take()) == 4000
