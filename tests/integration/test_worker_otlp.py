@@ -26,6 +26,7 @@ from workers import (
 
 from monitor.cli import main
 from monitor.client import produce
+from monitor.ingest.spans import SpanIntake
 from monitor.simulate import Simulator
 from monitor.worker.connection import kafka_python_options
 from tests.otel_apps import CONTENT_MARKER, genai_app, keyed_messages, langchain_app, messages
@@ -130,6 +131,17 @@ def test_spans_of_instrumented_apps_are_counted_as_the_apps_decided(broker, tmp_
         assert otlp(got, "traces", "rejected") == 3
         assert otlp(got, "messages", "rejected") == 1
         assert otlp(got, "spans", "read") == len(lc_spans) + len(g_spans) + len(bad_spans)
+        assert otlp(got, "spans", "late") == 0
+        # Each decision produced is the one an intake makes of all of its trace's spans
+        # at once: none assembled before some of its spans came.
+        whole = SpanIntake(settings)
+        for offset, raw in enumerate([*messages(lc_spans, "otlp_proto", 9),
+                                      *messages(g_spans, "otlp_proto", 4)]):
+            found = whole.read(raw, ("whole", 0, offset))
+            whole.merge(getattr(found, "fragments", []))
+        offline = {item.raw for item in whole.take(final=True) if item.raw is not None}
+        assert len(offline) == traces
+        assert set(read_all(settings, settings.topic_decisions)) == offline
         assert got[("ragmon_content_fields_dropped_total", ())] > traces * 3
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
             assert CONTENT_MARKER.encode() not in page.read()
