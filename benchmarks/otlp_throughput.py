@@ -22,7 +22,10 @@ split by trace, one message a trace keyed by its trace id in hex (the exporter w
 
 Both are timed from the worker's first checkpoint to the decisions checkpoint whose
 traces read reach N (checkpoint record timestamps, as `worker_throughput.py` does:
-nothing polls the worker), with the worker's CPU seconds over the same stretch.
+nothing polls the worker), with the worker's CPU seconds over the same stretch. After
+each otlp row its workers' span counters are printed once every trace is counted
+(assembled, incomplete, evicted, ..., and `late` spans): the rate of a run that took
+traces without all of their spans would not count.
 
     python benchmarks/otlp_throughput.py --requests 50000 --repeat 3
     python benchmarks/otlp_throughput.py --requests 50000 --broker kafka
@@ -46,6 +49,7 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +60,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client.parser import text_string_to_metric_families
 from worker_throughput import Checkpoints, cpu_seconds, raw_getmany, start_worker, stop
 
-from monitor.broker import EmbeddedBroker
+from monitor.broker import EmbeddedBroker, free_port
 from monitor.client import ensure_topics, produce
 from monitor.ingest.spans import SpanIntake
 from monitor.settings import Settings, load
@@ -179,20 +184,51 @@ def _read(blob: bytes) -> int:
 def run_worker(broker: EmbeddedBroker, workdir: Path, n: int, otlp: str | None,
                decisions: str, workers: int = 1) -> tuple[float, float]:
     """Decisions/s and CPU per 100k decisions of `workers` worker processes of one app
-    (one consumer group), reading `otlp` (None: the decisions topic alone)."""
+    (one consumer group), reading `otlp` (None: the decisions topic alone). Reading
+    spans, what the workers' span counters say of the run is printed once every trace
+    is counted: a rate is worth nothing if traces were taken without all their spans."""
     settings = broker.settings()
     app_id = f"bench-{time.time_ns()}"
     env = {"RAGMON_APP_ID": app_id, "RAGMON_TOPIC_DECISIONS": decisions,
            "RAGMON_TOPIC_SPANS": f"spans-{app_id}"}
     if otlp:
         env["RAGMON_OTLP_TOPIC"] = otlp
-    processes = [start_worker(broker, workdir, None, **env) for _ in range(workers)]
+    ports = [free_port() for _ in range(workers)]
+    processes = [start_worker(broker, workdir, None, **env, RAGMON_METRICS_PORT=str(port))
+                 for port in ports]
     try:
-        return asyncio.run(timed(broker.bootstrap, settings, app_id, decisions, n,
+        rate = asyncio.run(timed(broker.bootstrap, settings, app_id, decisions, n,
                                  [process.pid for process in processes]))
+        if otlp:
+            print(f"  {otlp}: {exactness(ports, n)}")
+        return rate
     finally:
         for process in processes:
             stop(process)
+
+
+_TRACES = ("assembled", "incomplete", "no_decision", "rejected", "evicted")
+
+
+def exactness(ports: list[int], n: int, timeout: float = 60.0) -> str:
+    """The workers' otlp trace outcomes and late spans, summed, once they count `n`
+    traces (their metrics lag the checkpoints by a snapshot or two)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        counts: dict[str, float] = dict.fromkeys((*_TRACES, "late"), 0.0)
+        for port in ports:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as page:
+                text = page.read().decode()
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    outcome = sample.labels.get("outcome", "")
+                    if sample.name == "ragmon_otlp_traces_total" and outcome in _TRACES:
+                        counts[outcome] += sample.value
+                    elif sample.name == "ragmon_otlp_spans_total" and outcome == "late":
+                        counts["late"] += sample.value
+        if sum(counts[name] for name in _TRACES) >= n or time.monotonic() > deadline:
+            return ", ".join(f"{name} {value:,.0f}" for name, value in counts.items())
+        time.sleep(1)
 
 
 def _broker(name: str, workdir: Path) -> Any:
