@@ -40,6 +40,9 @@ from monitor.ingest.otlp import Fragment, Span
 
 __all__ = ["SPAN_OUTCOMES", "TRACE_OUTCOMES", "Marks", "Ready", "SpanBuffer"]
 
+# How long a forwarder's word that a partition is read to its end holds against newer
+# words of other forwarders (each repeats its own every second): see `SpanBuffer.heard`.
+TRUST_SECONDS: Final = 3.0
 TRACE_OUTCOMES: Final = ("assembled", "incomplete", "no_decision", "rejected", "evicted")
 SPAN_OUTCOMES: Final = ("read", "kept", "duplicate", "late", "over_limit")
 
@@ -61,6 +64,7 @@ class Marks(msgspec.Struct, array_like=True, gc=False):
 
     partitions: int
     read: list[tuple[int, int, bool]]
+    sent: float = 0.0  # when (unix s; 0: not said, records before session 49)
 
 
 class _State(msgspec.Struct, array_like=True):
@@ -70,6 +74,7 @@ class _State(msgspec.Struct, array_like=True):
     counts: dict[str, int]
     sources: int = 0                                  # partitions of otlp_topic (Marks)
     marks: dict[int, tuple[float, bool]] = {}         # partition -> newest (s), at end
+    heard: dict[int, float] = {}                      # partition -> its marks' `sent`
 
 
 class Ready(NamedTuple):
@@ -96,6 +101,15 @@ class SpanBuffer:
         # clock alone traces were taken without spans still unread in a slower OTLP
         # partition: 29 late spans in 60k requests on Apache Kafka, session 49).
         self.marked = marked
+        # A partition's "read to its end" holds only while its forwarder still says so:
+        # forwarders repeat their marks every second, and a partition whose last word is
+        # `TRUST_SECONDS` older than the newest word heard from any forwarder (its
+        # forwarder killed, the partition unread until a rebalance gives it to another)
+        # holds the clock at its newest span again. Trusted for good, its spans were
+        # unread while quiet buffers took their traces: 59 late spans when one of two
+        # workers was killed (Apache Kafka, session 49). Forwarders' clocks are compared
+        # with each other's only (by the time each said it, `Marks.sent`).
+        self.heard: dict[int, float] = {}       # partition -> its last marks' `sent`
         self.timeout = timeout_seconds
         self.max_traces = max_traces
         self.max_spans = max_spans
@@ -167,6 +181,7 @@ class SpanBuffer:
             newest = newest_ns / 1e9 if newest_ns else float("-inf")
             before = self.marks.get(partition)
             self.marks[partition] = (max(newest, before[0]) if before else newest, at_end)
+            self.heard[partition] = max(marks.sent, self.heard.get(partition, 0.0))
 
     def now(self) -> float:
         """The clock traces are judged by: the buffer's, held back to the slowest OTLP
@@ -175,7 +190,9 @@ class SpanBuffer:
             return float("-inf") if self.marked else self.clock
         if any(partition not in self.marks for partition in range(self.sources)):
             return float("-inf")
-        behind = [newest for newest, at_end in self.marks.values() if not at_end]
+        trusted = max(self.heard.values(), default=0.0) - TRUST_SECONDS
+        behind = [newest for partition, (newest, at_end) in self.marks.items()
+                  if not at_end or 0 < self.heard.get(partition, 0.0) < trusted]
         return min(self.clock, *behind) if behind else self.clock
 
     def due(self, clock: float | None = None, final: bool = False) -> list[Ready]:
@@ -222,7 +239,7 @@ class SpanBuffer:
         traces can outgrow `state_max_bytes` before `max_traces` is reached)."""
         while True:
             state = _State(self.clock, self.pending, self.done, dict(self.counts),
-                           self.sources, self.marks)
+                           self.sources, self.marks, self.heard)
             blob = bytes(lz4.frame.compress(_encoder.encode(state)))
             if limit is None or len(blob) <= limit or not self.pending:
                 return blob
@@ -238,7 +255,7 @@ class SpanBuffer:
         """Put back what `to_bytes` wrote."""
         state = _decoder.decode(lz4.frame.decompress(blob))
         self.clock, self.pending, self.done = state.clock, state.pending, state.done
-        self.sources, self.marks = state.sources, state.marks
+        self.sources, self.marks, self.heard = state.sources, state.marks, state.heard
         self.counts.update(state.counts)
         self._complete = {trace_id for trace_id, p in self.pending.items()
                           if p.decision and p.root}

@@ -74,7 +74,7 @@ class _Held:
     def __init__(self, intake: SpanIntake, applied: int) -> None:
         self.intake = intake
         self.applied = applied
-        self.quiet_since = time.monotonic()  # the last record merged (or the restore)
+        self.quiet_since = time.monotonic()  # the last spans merged (or the restore)
 
 
 Where = tuple[str, int]  # a buffer's (topic, partition): of topic_spans, or of otlp_topic
@@ -113,7 +113,6 @@ class SpanStage:
         # Messages read from otlp_topic, by outcome (read, rejected); this process's.
         self.messages: Counter[str] = Counter(read=0, rejected=0)
         self.sources: dict[int, _Source] = {}  # otlp partitions forwarded from, by number
-        self.sent: Marks | None = None         # the marks sent last
         # A buffer's checkpoint, its wrapper and a record batch's framing in one request.
         self.checkpoint_limit = settings.state_max_bytes - 64 * 1024
 
@@ -144,7 +143,7 @@ class SpanStage:
                 source.next = committed if committed is not None else starts.get(partition)
             at_end = highwater is not None and source.next is not None and source.next >= highwater
             read.append((partition, source.newest, at_end))
-        return Marks(partitions, read)
+        return Marks(partitions, read, time.time())
 
     async def forward(self, records: Sequence[Any]) -> None:
         """Step 1: OTLP messages -> fragments, re-keyed by trace id into `topic_spans`;
@@ -166,7 +165,6 @@ class SpanStage:
             self.sources[partition].newest = max(self.sources[partition].newest, newest)
         marks = await self.marks()
         await self._send(records_of(done.fragments, self.settings.partitions, marks))
-        self.sent = marks
         self.messages.update(read=len(records), rejected=len(done.rejected))
         if done.local:
             await self._restore_all(set(done.local))
@@ -182,12 +180,10 @@ class SpanStage:
             await self._deliver(work)
 
     async def remark(self) -> None:
-        """Send the marks again, alone, where they changed since the last batch (a
-        partition read to its end since, or newly assigned here)."""
-        marks = await self.marks()
-        if marks != self.sent:
-            await self._send(records_of({}, self.settings.partitions, marks))
-            self.sent = marks
+        """Send the marks again, alone (every second, from `tick_spans`): a partition
+        read to its end since the last batch, newly assigned here, or still at its end
+        (a word that is not repeated stops holding: `SpanBuffer.heard`)."""
+        await self._send(records_of({}, self.settings.partitions, await self.marks()))
 
     async def _send(self, chunks: dict[int, list[bytes]]) -> None:
         deliveries = [await self.spans_topic.send(key=None, value=chunk, partition=partition)
@@ -220,9 +216,10 @@ class SpanStage:
                           self.settings.topic_spans, partition, record.offset)
                 continue
             held.intake.merge(found.fragments)
+            if found.fragments:  # marks alone come every second: not what quiet means
+                held.quiet_since = time.monotonic()
             if found.marks is not None:
                 held.intake.mark(found.marks)
-        held.quiet_since = time.monotonic()
 
     async def tick(self, assigned: set[Where]) -> None:
         """Assemble what is due in quiet buffers: a buffer without records for

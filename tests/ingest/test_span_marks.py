@@ -166,3 +166,26 @@ def test_a_buffer_fed_through_the_spans_topic_takes_nothing_before_its_first_mar
     assert intake.take() == []  # partition 1 is behind at 90
     intake.mark(Marks(2, [(1, _ns(200.0), True)]))
     assert len(intake.take()) == 4000
+
+
+def test_a_partition_said_at_its_end_holds_again_once_its_forwarder_falls_silent():
+    """Forwarders repeat their marks every second. When one is killed, the partitions it
+    read stay unread until a rebalance: its last word, "read to its end", must not let
+    quiet buffers take traces whose spans wait there (59 late spans on Apache Kafka)."""
+    buffer = _buffer()
+    buffer.marked = True
+    buffer.add(a_fragment("a" * 32, 1, a_span("1" * 16, "", 100.0, **{"rag.decision": "answer"})))
+    buffer.mark(Marks(2, [(0, _ns(100.0), True)], sent=1000.0))   # forwarder A
+    buffer.mark(Marks(2, [(1, _ns(100.0), True)], sent=1000.0))   # forwarder B
+    assert buffer.now() == 100.0
+    buffer.mark(Marks(2, [(1, _ns(100.0), True)], sent=1002.0))   # B goes on, A is silent
+    assert buffer.due(500.0) != []  # A's word is 2 s old: still trusted
+    buffer.add(a_fragment("b" * 32, 2, a_span("2" * 16, "", 600.0, **{"rag.decision": "answer"})))
+    buffer.mark(Marks(2, [(1, _ns(600.0), True)], sent=1003.5))
+    assert buffer.now() == 100.0  # A's 3.5 s old: partition 0 holds the clock at its newest
+    assert buffer.due(900.0) == []
+    buffer.mark(Marks(2, [(0, _ns(100.0), True)], sent=1004.0))   # partition 0's new reader
+    assert [ready.trace_id for ready in buffer.due(900.0)] == ["b" * 32]
+    restored = _buffer()
+    restored.restore(buffer.to_bytes())
+    assert restored.heard == {0: 1004.0, 1: 1003.5}

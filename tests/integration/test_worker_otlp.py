@@ -250,6 +250,9 @@ def test_two_workers_one_killed_the_other_takes_over_the_span_buffers(broker, tm
         time.sleep(6)  # past the grace: a double count would show now
         decisions, _ = expected(decided + keyed_decided)
         assert by_decision(scrape(port_b)) == decisions
+        # ... each from all of its spans: the killed worker's partitions, said to be at
+        # their end before the kill, held the buffers until the survivor read them.
+        assert otlp(scrape(port_b), "spans", "late") == 0
     finally:
         for process in (first, second):
             if process.poll() is None:
