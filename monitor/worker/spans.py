@@ -200,13 +200,21 @@ class SpanStage:
             held = self.held[(topic, partition)]
             fresh = [record for record in found if record.offset > held.applied]
             self.health.redelivered_skipped += len(found) - len(fresh)
-            if fresh:
-                self._merge(partition, held, fresh)
-                work.append(_Step((topic, partition), held, held.intake.take(),
-                                  fresh[-1].offset))
+            if not fresh:
+                continue
+            waiting = len(held.intake.buffer)
+            merged = self._merge(partition, held, fresh)
+            taken = held.intake.take()
+            # Marks alone (every second from every worker) that took no trace are not
+            # checkpointed: read again after a crash, or lost to a commit past them,
+            # they only ever hold the buffer back until the next marks.
+            if merged or len(held.intake.buffer) != waiting:
+                work.append(_Step((topic, partition), held, taken, fresh[-1].offset))
         await self._deliver(work)
 
-    def _merge(self, partition: int, held: _Held, fresh: list[Any]) -> None:
+    def _merge(self, partition: int, held: _Held, fresh: list[Any]) -> bool:
+        """Merge the records' fragments and marks; whether any record had fragments."""
+        merged = False
         for record in fresh:
             try:
                 found = spans_record(record.value)
@@ -218,8 +226,10 @@ class SpanStage:
             held.intake.merge(found.fragments)
             if found.fragments:  # marks alone come every second: not what quiet means
                 held.quiet_since = time.monotonic()
+                merged = True
             if found.marks is not None:
                 held.intake.mark(found.marks)
+        return merged
 
     async def tick(self, assigned: set[Where]) -> None:
         """Assemble what is due in quiet buffers: a buffer without records for
