@@ -15,7 +15,8 @@ be read minutes of span time ahead of another, and its spans alone would move th
 past traces whose other spans wait unread in the slower one. So its forwarders send
 `Marks` with its spans: for each OTLP partition, the newest span end forwarded and
 whether it is read to its end. Such a buffer judges traces by its clock held back to the
-slowest partition not read to its end (a watermark): nothing is taken, nor timed out,
+slowest partition not read to its end (a watermark; "read to its end" holds while its
+forwarder repeats it, `SpanBuffer.heard`): nothing is taken, nor timed out,
 while a partition that may still hold its spans is behind, nor before the first marks
 and until every partition has been heard of.
 
@@ -185,7 +186,8 @@ class SpanBuffer:
 
     def now(self) -> float:
         """The clock traces are judged by: the buffer's, held back to the slowest OTLP
-        partition not read to its end (none taken before every partition is heard of)."""
+        partition not read to its end, or whose word that it is has not been repeated
+        (none taken before every partition is heard of)."""
         if not self.sources:
             return float("-inf") if self.marked else self.clock
         if any(partition not in self.marks for partition in range(self.sources)):
