@@ -224,11 +224,11 @@ class SpanStage:
                           self.settings.topic_spans, partition, record.offset)
                 continue
             held.intake.merge(found.fragments)
-            if found.fragments:  # marks alone come every second: not what quiet means
-                held.quiet_since = time.monotonic()
-                merged = True
+            merged = merged or bool(found.fragments)
             if found.marks is not None:
                 held.intake.mark(found.marks)
+        if merged:  # marks alone come every second: not what quiet means
+            held.quiet_since = time.monotonic()
         return merged
 
     async def tick(self, assigned: set[Where]) -> None:

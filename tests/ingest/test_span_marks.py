@@ -17,8 +17,9 @@ from tests.made_spans import a_fragment, a_span
 from tests.otel_apps import genai_app, messages, spread
 
 
-def _buffer() -> SpanBuffer:
-    return SpanBuffer(grace_seconds=2, timeout_seconds=30, max_traces=100, max_spans=10)
+def _buffer(marked: bool = False) -> SpanBuffer:
+    return SpanBuffer(grace_seconds=2, timeout_seconds=30, max_traces=100, max_spans=10,
+                      marked=marked)
 
 
 def _ns(seconds: float) -> int:
@@ -172,8 +173,7 @@ def test_a_partition_said_at_its_end_holds_again_once_its_forwarder_falls_silent
     """Forwarders repeat their marks every second. When one is killed, the partitions it
     read stay unread until a rebalance: its last word, "read to its end", must not let
     quiet buffers take traces whose spans wait there (59 late spans on Apache Kafka)."""
-    buffer = _buffer()
-    buffer.marked = True
+    buffer = _buffer(marked=True)
     buffer.add(a_fragment("a" * 32, 1, a_span("1" * 16, "", 100.0, **{"rag.decision": "answer"})))
     buffer.mark(Marks(2, [(0, _ns(100.0), True)], sent=1000.0))   # forwarder A
     buffer.mark(Marks(2, [(1, _ns(100.0), True)], sent=1000.0))   # forwarder B

@@ -10,12 +10,11 @@ import random
 import time
 
 import pytest
-from kafka import KafkaProducer
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+from test_worker_otlp import send
 from workers import release_traces, scrape, start_worker, stop, wait_for
 
-from monitor.worker.connection import kafka_python_options
 from tests.otel_apps import genai_app, messages
 
 pytestmark = pytest.mark.integration
@@ -41,14 +40,6 @@ def _big_incomplete(traces: int, seed: int) -> list[bytes]:
                     KeyValue(key="rag.note", value=AnyValue(string_value=note))])
         out.append(data.SerializeToString())
     return out
-
-
-def send(settings, raws: list[bytes]) -> None:
-    producer = KafkaProducer(**kafka_python_options(settings), acks="all")
-    for raw in raws:
-        producer.send("otlp_spans", raw)
-    producer.flush()
-    producer.close()
 
 
 def test_span_buffers_bigger_than_a_checkpoint_evict_and_the_intake_goes_on(broker, tmp_path):

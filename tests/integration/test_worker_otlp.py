@@ -27,6 +27,7 @@ from workers import (
 from monitor.cli import main
 from monitor.client import produce
 from monitor.ingest.spans import SpanIntake
+from monitor.settings import load
 from monitor.simulate import Simulator
 from monitor.worker.connection import kafka_python_options
 from tests.otel_apps import CONTENT_MARKER, genai_app, keyed_messages, langchain_app, messages
@@ -73,6 +74,16 @@ def read_all(settings, topic: str) -> list[bytes]:
         return values
     finally:
         consumer.close()
+
+
+def whole_decisions(raws: list[bytes]) -> set[bytes]:
+    """The decisions one intake makes of these OTLP messages' spans all at once (every
+    trace whole, nothing late), as produced to the decisions topic."""
+    whole = SpanIntake(load())
+    for offset, raw in enumerate(raws):
+        found = whole.read(raw, ("whole", 0, offset))
+        whole.merge(getattr(found, "fragments", []))
+    return {item.raw for item in whole.take(final=True) if item.raw is not None}
 
 
 def by_decision(samples) -> Counter[tuple[str, str]]:
@@ -134,12 +145,8 @@ def test_spans_of_instrumented_apps_are_counted_as_the_apps_decided(broker, tmp_
         assert otlp(got, "spans", "late") == 0
         # Each decision produced is the one an intake makes of all of its trace's spans
         # at once: none assembled before some of its spans came.
-        whole = SpanIntake(settings)
-        for offset, raw in enumerate([*messages(lc_spans, "otlp_proto", 9),
-                                      *messages(g_spans, "otlp_proto", 4)]):
-            found = whole.read(raw, ("whole", 0, offset))
-            whole.merge(getattr(found, "fragments", []))
-        offline = {item.raw for item in whole.take(final=True) if item.raw is not None}
+        offline = whole_decisions([*messages(lc_spans, "otlp_proto", 9),
+                                   *messages(g_spans, "otlp_proto", 4)])
         assert len(offline) == traces
         assert set(read_all(settings, settings.topic_decisions)) == offline
         assert got[("ragmon_content_fields_dropped_total", ())] > traces * 3

@@ -13,12 +13,11 @@ early: ~30 late spans in 60,000 requests, on Apache Kafka only); the unit case i
 from __future__ import annotations
 
 import pytest
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
-from test_worker_otlp import OTLP, by_decision, expected, otlp, read_all
+from test_worker_otlp import OTLP, by_decision, expected, otlp, read_all, send, whole_decisions
 from workers import scrape, start_worker, stop, wait_for
 
-from monitor.ingest.spans import SpanIntake
 from monitor.worker.connection import kafka_python_options
 from tests.otel_apps import genai_app, messages, spread
 
@@ -38,12 +37,8 @@ def test_a_backlog_over_several_partitions_assembles_every_trace_whole(broker, t
     admin = KafkaAdminClient(**kafka_python_options(settings))
     admin.create_topics([NewTopic("otlp_spans", settings.partitions, 1)])
     admin.close()
-    producer = KafkaProducer(**kafka_python_options(settings), acks="all",
-                             max_request_size=2 * 1024 * 1024)
-    for index, raw in enumerate(raws):  # round robin: each trace's neighbours elsewhere
-        producer.send("otlp_spans", value=raw, partition=index % settings.partitions)
-    producer.flush()
-    producer.close()
+    for partition in range(settings.partitions):  # round robin: a trace's ends elsewhere
+        send(settings, raws[partition::settings.partitions], partition=partition)
     # Batches as large as production's, so that a forwarded batch fills several records.
     process, port = start_worker(broker, tmp_path, env={**OTLP, "RAGMON_BATCH_SIZE": "10000"})
     try:
@@ -53,11 +48,7 @@ def test_a_backlog_over_several_partitions_assembles_every_trace_whole(broker, t
         assert by_decision(got) == expected(decided)[0]
         assert otlp(got, "spans", "late") == 0
         assert otlp(got, "traces", "incomplete") == otlp(got, "traces", "evicted") == 0
-        whole = SpanIntake(settings)
-        for offset, raw in enumerate(raws):
-            found = whole.read(raw, ("whole", 0, offset))
-            whole.merge(getattr(found, "fragments", []))
-        offline = {item.raw for item in whole.take(final=True) if item.raw is not None}
+        offline = whole_decisions(raws)
         assert len(offline) == REQUESTS
         assert set(read_all(settings, settings.topic_decisions)) == offline
     finally:
