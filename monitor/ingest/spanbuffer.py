@@ -23,8 +23,10 @@ and until every partition has been heard of.
 Bounded: at most `max_traces` traces wait (beyond that the oldest incomplete one is
 evicted, counted; a complete one is never evicted, it is taken before its grace)
 and at most `max_spans` spans are kept per trace (more are counted, not kept). A
-fragment seen twice (the same source message, redelivered) is merged once; spans of a
-trace already taken within the last `timeout_seconds` are counted `late` and dropped.
+fragment seen twice (the same source message, redelivered) is merged once, and so is a
+span sent again in another message (the same span id in its trace: an exporter's retry),
+counted `duplicate`; spans of a trace already taken within the last `timeout_seconds`
+are counted `late` and dropped.
 Counters (`counts`) say where every span and every trace went.
 """
 
@@ -92,6 +94,22 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(_State)
 
 
+def _new_spans(merged: list[Span], spans: list[Span]) -> list[Span]:
+    """`spans` without those whose span id is already merged in their trace, or given
+    twice: an exporter that sends a request again (a retry after a timeout, a persistent
+    queue replayed after a restart) writes the same spans in a new message, and merged
+    twice they doubled a decision's token counts, model calls and claims."""
+    if not merged and len(spans) < 2:
+        return spans
+    seen = {span.span_id for span in merged}
+    fresh = []
+    for span in spans:
+        if span.span_id not in seen:
+            seen.add(span.span_id)
+            fresh.append(span)
+    return fresh
+
+
 class SpanBuffer:
     def __init__(self, grace_seconds: float, timeout_seconds: float, max_traces: int,
                  max_spans: int, marked: bool = False) -> None:
@@ -152,11 +170,13 @@ class SpanBuffer:
                 self.clock, newest, [], [], False, False)
         pending.sources.append(fragment.source)
         pending.newest = max(pending.newest, newest)
+        spans = _new_spans(pending.spans, fragment.spans)
+        count["spans_duplicate"] += len(fragment.spans) - len(spans)
         room = self.max_spans - len(pending.spans)
-        kept = fragment.spans[:max(room, 0)]
+        kept = spans[:max(room, 0)]
         pending.spans.extend(kept)
         count["spans_kept"] += len(kept)
-        count["spans_over_limit"] += len(fragment.spans) - len(kept)
+        count["spans_over_limit"] += len(spans) - len(kept)
         if any("rag.decision" in span.attrs for span in kept):
             pending.decision, pending.decision_source = True, fragment.source
         pending.root = pending.root or any(not s.parent for s in kept)

@@ -4,13 +4,16 @@
 // its JSON), sent by kafkajs: an encoder and a Kafka client nobody at ragmon wrote.
 //
 //   node otel_app.mjs --requests N --seed S --encoding proto|json [--keyed]
-//                     --out FILE [--broker HOST:PORT --topic T --compression none|gzip]
+//                     --out FILE [--broker HOST:PORT --topic T --compression none|gzip
+//                     --resend K]
 //
 // Writes FILE: {"decided": [[release, decision, reason, n], ...], "rejected": n,
 // "spans": n, "messages": [{"key": hex or null, "proto": base64, "json": text}]} (both
 // encodings of every message, the one chosen sent) and, with --broker, sends the
 // messages: export requests of 200 spans unkeyed (the Collector exporter's default),
-// or one message a trace keyed by its trace id in hex (`--keyed`).
+// or one message a trace keyed by its trace id in hex (`--keyed`); with `--resend K`
+// every K-th message is sent twice, as an exporter that retries a request it timed out
+// on (FILE's "resent_spans" counts the spans sent again).
 import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { context, trace } from "@opentelemetry/api";
@@ -25,7 +28,7 @@ const { values: args } = parseArgs({ options: {
   requests: { type: "string", default: "20" }, seed: { type: "string", default: "1" },
   encoding: { type: "string", default: "proto" }, keyed: { type: "boolean", default: false },
   out: { type: "string" }, broker: { type: "string" }, topic: { type: "string" },
-  compression: { type: "string", default: "none" },
+  compression: { type: "string", default: "none" }, resend: { type: "string", default: "0" },
 } });
 
 export const CONTENT_MARKER = "SECRET-CONTENT-7f3a";  // tests/otel_apps.py's
@@ -116,14 +119,16 @@ if (args.keyed) {
 } else {
   for (let i = 0; i < spans.length; i += 200) groups.push({ key: null, spans: spans.slice(i, i + 200) });
 }
-const messages = groups.map(({ key, spans: group }) => ({
-  key,
+const resend = Number(args.resend);
+const messages = groups.map(({ key, spans: group }, index) => ({
+  key, resent: resend > 0 && index % resend === 0, spans: group.length,
   proto: Buffer.from(ProtobufTraceSerializer.serializeRequest(group)).toString("base64"),
   json: new TextDecoder().decode(JsonTraceSerializer.serializeRequest(group)),
 }));
 writeFileSync(args.out, JSON.stringify({
   decided: [...decided].map(([key, count]) => [...JSON.parse(key), count]),
   rejected, spans: spans.length, messages,
+  resent_spans: messages.reduce((sum, m) => sum + (m.resent ? m.spans : 0), 0),
 }));
 
 if (args.broker) {
@@ -134,9 +139,12 @@ if (args.broker) {
   await producer.connect();
   const compression = args.compression === "gzip"
     ? kafkajs.CompressionTypes.GZIP : kafkajs.CompressionTypes.None;
-  const records = messages.map((m) => ({
-    key: m.key, value: args.encoding === "json" ? Buffer.from(m.json) : Buffer.from(m.proto, "base64"),
-  }));
+  const records = messages.flatMap((m) => {
+    const record = {
+      key: m.key, value: args.encoding === "json" ? Buffer.from(m.json) : Buffer.from(m.proto, "base64"),
+    };
+    return m.resent ? [record, record] : [record];
+  });
   for (let i = 0; i < records.length; i += 25) {
     await producer.send({ topic: args.topic, messages: records.slice(i, i + 25), compression, acks: -1 });
   }
