@@ -147,9 +147,11 @@ def genai_app(requests: int, seed: int = 2,
 
 
 def spread(spans: Sequence[ReadableSpan], seconds: float) -> list[ReadableSpan]:
-    """The same spans, the k-th trace to end moved `k * seconds` later (the apps run their
-    requests within milliseconds; live traffic comes over minutes). Rebuilt through the
-    SDK's public `ReadableSpan`, times only changed."""
+    """The same spans spread over time as live traffic comes (the apps run their requests
+    within milliseconds): the last trace to end keeps its times, the k-th before it moved
+    `k * seconds` earlier, so that no span is dated after the wall clock (a span buffer
+    believes no span end past it, `spanbuffer.AHEAD_SECONDS`). Rebuilt through the SDK's
+    public `ReadableSpan`, times only changed."""
     ends: dict[int, int] = {}
     for span in spans:
         trace = span.context.trace_id
@@ -157,7 +159,7 @@ def spread(spans: Sequence[ReadableSpan], seconds: float) -> list[ReadableSpan]:
     order = {trace: k for k, trace in enumerate(sorted(ends, key=ends.__getitem__))}
     out = []
     for span in spans:
-        shift = int(order[span.context.trace_id] * seconds * 1e9)
+        shift = int((order[span.context.trace_id] - len(order) + 1) * seconds * 1e9)
         out.append(ReadableSpan(
             span.name, span.context, span.parent, span.resource, span.attributes, span.events,
             span.links, span.kind, status=span.status, start_time=(span.start_time or 0) + shift,

@@ -33,7 +33,8 @@ Counters (`counts`) say where every span and every trace went.
 from __future__ import annotations
 
 import heapq
-from collections import Counter
+import time
+from collections import Counter, deque
 from typing import Final, NamedTuple
 
 import lz4.frame
@@ -41,13 +42,30 @@ import msgspec
 
 from monitor.ingest.otlp import Fragment, Span
 
-__all__ = ["SPAN_OUTCOMES", "TRACE_OUTCOMES", "Marks", "Ready", "SpanBuffer"]
+__all__ = ["SPAN_OUTCOMES", "TRACE_OUTCOMES", "Marks", "Ready", "SpanBuffer", "latest_end"]
 
 # How long a forwarder's word that a partition is read to its end holds against newer
 # words of other forwarders (each repeats its own every second): see `SpanBuffer.heard`.
 TRUST_SECONDS: Final = 3.0
+# A host whose clock runs ahead (a VM without NTP) must not move a clock on: trusted, one
+# span dated a day ahead moved a buffer's clock a day on, and every other trace in it was
+# taken as soon as its decision and root span came, without waiting for its other spans
+# (24 late spans of 20 traces, tests/ingest/test_otlp_senders.py). So a span's end moves a
+# clock at most to the wall clock plus AHEAD_SECONDS (hosts agree within it), and a
+# buffer's clock moves to the median of the last RECENT fragments' ends, not their
+# newest: a few traces far ahead among the others move it not at all (in a backlog read
+# an hour late, the wall clock alone would not hold them). The forwarders' marks say the
+# median the same way (`spans.forward`). The skewed trace's own decision keeps its time
+# (beyond `max_future_seconds`, refused downstream as `future_timestamp`).
+AHEAD_SECONDS: Final = 1.0
+RECENT: Final = 9
 TRACE_OUTCOMES: Final = ("assembled", "incomplete", "no_decision", "rejected", "evicted")
 SPAN_OUTCOMES: Final = ("read", "kept", "duplicate", "late", "over_limit")
+
+
+def latest_end() -> float:
+    """The latest span end (unix s) a clock may move to now (`AHEAD_SECONDS`)."""
+    return time.time() + AHEAD_SECONDS
 
 
 class Pending(msgspec.Struct, array_like=True, gc=False):
@@ -78,6 +96,7 @@ class _State(msgspec.Struct, array_like=True):
     sources: int = 0                                  # partitions of otlp_topic (Marks)
     marks: dict[int, tuple[float, bool]] = {}         # partition -> newest (s), at end
     heard: dict[int, float] = {}                      # partition -> its marks' `sent`
+    recent: list[float] = []                          # the last fragments' ends
 
 
 class Ready(NamedTuple):
@@ -133,6 +152,7 @@ class SpanBuffer:
         self.max_traces = max_traces
         self.max_spans = max_spans
         self.clock = float("-inf")
+        self.recent: deque[float] = deque(maxlen=RECENT)  # the last fragments' ends
         self.sources = 0                        # 0: no marks (one source, read in order)
         self.marks: dict[int, tuple[float, bool]] = {}
         self.pending: dict[str, Pending] = {}   # oldest first
@@ -163,8 +183,10 @@ class SpanBuffer:
         if trace_id in self.done:
             count["spans_late"] += spans_read
             return []
-        newest = fragment.end / 1e9
-        self.clock = max(self.clock, newest)
+        newest = min(fragment.end / 1e9, latest_end())
+        recent = self.recent
+        recent.append(newest)
+        self.clock = max(self.clock, sorted(recent)[len(recent) // 2])
         if pending is None:
             pending = self.pending[trace_id] = Pending(
                 self.clock, newest, [], [], False, False)
@@ -261,7 +283,7 @@ class SpanBuffer:
         traces can outgrow `state_max_bytes` before `max_traces` is reached)."""
         while True:
             state = _State(self.clock, self.pending, self.done, dict(self.counts),
-                           self.sources, self.marks, self.heard)
+                           self.sources, self.marks, self.heard, list(self.recent))
             blob = bytes(lz4.frame.compress(_encoder.encode(state)))
             if limit is None or len(blob) <= limit or not self.pending:
                 return blob
@@ -278,6 +300,7 @@ class SpanBuffer:
         state = _decoder.decode(lz4.frame.decompress(blob))
         self.clock, self.pending, self.done = state.clock, state.pending, state.done
         self.sources, self.marks, self.heard = state.sources, state.marks, state.heard
+        self.recent.extend(state.recent)
         self.counts.update(state.counts)
         self._complete = {trace_id for trace_id, p in self.pending.items()
                           if p.decision and p.root}

@@ -20,7 +20,7 @@ from monitor.ingest.assemble import assemble
 from monitor.ingest.contract import Trace
 from monitor.ingest.otlp import Decoded, Fragment, NotOtlp, decode
 from monitor.ingest.parse import Rejection, parse
-from monitor.ingest.spanbuffer import Marks, Ready, SpanBuffer
+from monitor.ingest.spanbuffer import Marks, Ready, SpanBuffer, latest_end
 
 __all__ = ["Assembled", "Forwarded", "SpanIntake", "SpanSettings", "SpansRecord", "buffer_of",
            "forward", "records_of", "spans_record"]
@@ -51,7 +51,8 @@ class Forwarded(NamedTuple):
     by their one trace's id (the Collector's `partition_traces_by_id: true`), by the
     (topic, partition) they came from: every span of such a trace comes to that
     partition, so it is buffered there, without the spans topic. `newest`: by source
-    partition, the newest span end in its messages (unix ns)."""
+    partition, how far its messages are read in span time (unix ns: the median of their
+    traces' ends, see `forward`)."""
 
     fragments: dict[int, list[Fragment]]
     rejected: list[tuple[int, str, str]]
@@ -63,26 +64,31 @@ def forward(raws: list[bytes], sources: list[tuple[str, int, int]], partitions: 
             max_bytes: int, keys: list[bytes | None] | None = None) -> Forwarded:
     """Decode each message and group its traces' fragments by spans partition, or keep
     them by source partition where the message's key names its only trace (`keys`: the
-    records' keys, as the Collector's exporter sets them: the trace id in hex)."""
+    records' keys, as the Collector's exporter sets them: the trace id in hex). `newest`
+    is the median of a partition's fragment ends in the batch, each at most
+    `latest_end()`, as the span buffers move their clocks (`spanbuffer.RECENT`): a
+    partition said read to a time far ahead, by a host whose clock runs ahead, would
+    never hold a buffer's clock back again."""
     by_partition: dict[int, list[Fragment]] = {}
     local: dict[tuple[str, int], list[Fragment]] = {}
-    newest: dict[int, int] = {}
+    ends: dict[int, list[int]] = {}
     rejected = []
+    latest = int(latest_end() * 1e9)
     for index, (raw, source) in enumerate(zip(raws, sources, strict=True)):
         found = decode(raw, source, max_bytes)
         if isinstance(found, NotOtlp):
             rejected.append((index, found.reason, found.detail))
             continue
         fragments = found.fragments
-        if fragments:
-            end = max(fragment.end for fragment in fragments)
-            newest[source[1]] = max(newest.get(source[1], end), end)
+        ends.setdefault(source[1], []).extend(min(f.end, latest) for f in fragments)
         if keys is not None and len(fragments) == 1 and _names(keys[index], fragments[0]):
             local.setdefault((source[0], source[1]), []).append(fragments[0])
             continue
         for fragment in fragments:
             partition = zlib.crc32(fragment.trace_id.encode()) % partitions
             by_partition.setdefault(partition, []).append(fragment)
+    newest = {partition: sorted(found)[len(found) // 2] for partition, found in ends.items()
+              if found}
     return Forwarded(by_partition, rejected, local, newest)
 
 

@@ -28,7 +28,13 @@ from monitor.ingest.spanbuffer import SpanBuffer
 from monitor.ingest.spans import Assembled, SpanIntake, forward, records_of, spans_record
 from monitor.settings import load
 from tests.made_spans import a_fragment, a_span
-from tests.otel_apps import CONTENT_MARKER, genai_app, keyed_messages, langchain_app, messages
+from tests.otel_apps import (
+    CONTENT_MARKER,
+    genai_app,
+    keyed_messages,
+    langchain_app,
+    messages,
+)
 
 ENCODINGS = ("otlp_proto", "otlp_json")
 MARKER = CONTENT_MARKER.encode()
@@ -157,29 +163,6 @@ def test_redelivered_fragments_merge_once_and_late_spans_are_counted():
     assert ready.complete and ready.source == ("otlp_spans", 0, 1)
     buffer.add(a_fragment("a" * 32, 3, a_span("3" * 16, "1" * 16, 103.0)))
     assert buffer.counts["spans_late"] == 1 and len(buffer) == 0
-
-
-@pytest.mark.parametrize("encoding", ENCODINGS)
-def test_a_request_exported_again_in_another_message_is_merged_once(encoding):
-    """An exporter that sends an export request again (a retry after a timeout, its
-    persistent queue replayed after a restart) writes the same spans at a new offset: each
-    span is merged once per trace (by its span id), and the decisions are the same as
-    from one copy. Before, the tokens, model calls and claims of such traces doubled."""
-    spans, decided = genai_app(20, seed=8)
-    raws = messages(spans, encoding, 6)
-    once, assembled_once = run(raws)
-    again = [raws[0], raws[0], raws[1], *raws[1:3], raws[3], *raws[3:]]  # 0, 1, 2 again
-    twice, assembled_twice = run(again)
-    assert [item.raw for item in assembled_twice] == [item.raw for item in assembled_once]
-    assert decided_of(assembled_twice) == decided
-    assert twice.buffer.counts["spans_duplicate"] == (
-        twice.buffer.counts["spans_read"] - once.buffer.counts["spans_read"]) > 0
-    assert twice.buffer.counts["spans_kept"] == once.buffer.counts["spans_kept"]
-    # Within one message too (a batching step that merged a request and its retry).
-    buffer = SpanBuffer(grace_seconds=2, timeout_seconds=30, max_traces=100, max_spans=10)
-    root = a_span("1" * 16, "", 100.0, **{"rag.decision": "answer"})
-    buffer.add(a_fragment("a" * 32, 1, root, root))
-    assert len(buffer.pending["a" * 32].spans) == 1 and buffer.counts["spans_duplicate"] == 1
 
 
 @pytest.mark.parametrize("encoding", ["otlp_proto", "otlp_json"])

@@ -30,7 +30,7 @@ SPANS_PER_MESSAGE = 200  # the exporter's batches
 def test_a_backlog_over_several_partitions_assembles_every_trace_whole(broker, tmp_path):
     settings = broker.settings()
     spans, decided = genai_app(REQUESTS, seed=49)
-    # 0.02 s apart: 160 s of traffic, within `max_future_seconds` of now.
+    # 0.02 s apart: the last 160 s of traffic until now.
     ordered = sorted(spread(spans, 0.02), key=lambda span: span.end_time or 0)
     raws = [messages(ordered[at:at + SPANS_PER_MESSAGE], "otlp_proto", SPANS_PER_MESSAGE)[0]
             for at in range(0, len(ordered), SPANS_PER_MESSAGE)]

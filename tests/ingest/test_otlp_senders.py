@@ -1,0 +1,73 @@
+"""What real senders do that a span buffer must survive: an exporter that sends a
+request again (a retry, a persistent queue replayed), and a host whose clock runs ahead."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.trace import ReadableSpan
+
+from monitor.ingest.spanbuffer import SpanBuffer
+from monitor.ingest.spans import forward
+from tests.ingest.test_otlp_intake import ENCODINGS, decided_of, run
+from tests.made_spans import a_fragment, a_span
+from tests.otel_apps import genai_app, messages, spread
+
+
+def test_a_host_whose_clock_runs_a_day_ahead_holds_no_other_trace_short_of_its_spans():
+    """A span buffer's clock is the newest span end it has seen; a span dated a day
+    ahead (a host with a wrong clock) moved it a day on, and every later trace was taken
+    as soon as its decision and root came, without its chat spans that came a message
+    later (24 late spans of 20 traces). The clock now moves to the median of the last
+    fragments' ends, each at most the wall clock: a backlog (the spans end up to 19 s ago)
+    is judged by its own time.
+
+    Decided from the buffer's clock alone (no marks): read in order.
+    """
+    spans, decided = genai_app(20, seed=3)
+    ahead, _ = genai_app(1, seed=4)
+    day = 86_400 * 10**9
+    ahead = [ReadableSpan(s.name, s.context, s.parent, s.resource, s.attributes, s.events,
+                          s.links, s.kind, status=s.status, start_time=(s.start_time or 0) + day,
+                          end_time=(s.end_time or 0) + day) for s in ahead]
+    traces: dict[int, list[ReadableSpan]] = {}
+    for span in spread(spans, 1.0):
+        traces.setdefault(span.context.trace_id, []).append(span)
+    raws: list[bytes] = []
+    chats: list[ReadableSpan] = []
+    for n, group in enumerate(traces.values()):  # each trace's chat spans a message later
+        raws.append(encode_spans([s for s in group if not s.name.startswith("chat")] + chats
+                                 + (ahead if n == 5 else [])).SerializeToString())
+        chats = [s for s in group if s.name.startswith("chat")]
+    raws.append(encode_spans(chats).SerializeToString())
+    intake, assembled = run(raws)
+    assert intake.buffer.counts["spans_late"] == 0 and len(assembled) == 21
+    # Forwarded, the partition is said read to the median of its traces, not a day ahead.
+    done = forward(raws, [("otlp_spans", 0, i) for i in range(len(raws))], 2, 1_000_000)
+    assert done.newest[0] <= max(s.end_time or 0 for s in spans)
+    _, whole = run([encode_spans(spread(spans, 1.0)).SerializeToString()])  # all at once
+    assert decided_of(whole) == decided
+    assert {item.raw for item in whole} < {item.raw for item in assembled}
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_a_request_exported_again_in_another_message_is_merged_once(encoding):
+    """An exporter that sends an export request again (a retry after a timeout, its
+    persistent queue replayed after a restart) writes the same spans at a new offset: each
+    span is merged once per trace (by its span id), and the decisions are the same as
+    from one copy. Before, the tokens, model calls and claims of such traces doubled."""
+    spans, decided = genai_app(20, seed=8)
+    raws = messages(spans, encoding, 6)
+    once, assembled_once = run(raws)
+    again = [raws[0], raws[0], raws[1], *raws[1:3], raws[3], *raws[3:]]  # 0, 1, 2 again
+    twice, assembled_twice = run(again)
+    assert [item.raw for item in assembled_twice] == [item.raw for item in assembled_once]
+    assert decided_of(assembled_twice) == decided
+    assert twice.buffer.counts["spans_duplicate"] == (
+        twice.buffer.counts["spans_read"] - once.buffer.counts["spans_read"]) > 0
+    assert twice.buffer.counts["spans_kept"] == once.buffer.counts["spans_kept"]
+    # Within one message too (a batching step that merged a request and its retry).
+    buffer = SpanBuffer(grace_seconds=2, timeout_seconds=30, max_traces=100, max_spans=10)
+    root = a_span("1" * 16, "", 100.0, **{"rag.decision": "answer"})
+    buffer.add(a_fragment("a" * 32, 1, root, root))
+    assert len(buffer.pending["a" * 32].spans) == 1 and buffer.counts["spans_duplicate"] == 1
