@@ -189,6 +189,7 @@ cdef _span(_Message m, Py_ssize_t pos, Py_ssize_t end, object service, object ve
     cdef int number, wire, dropped = 0
     cdef Py_ssize_t start, stop
     cdef uint64_t start_time = 0, end_time = 0
+    cdef unsigned int flags = 0
     trace_id = span_id = parent = b""
     cdef dict attrs = {}
     cdef list docs = [], evals = [], events = []
@@ -215,10 +216,14 @@ cdef _span(_Message m, Py_ssize_t pos, Py_ssize_t end, object service, object ve
                 start_time = _fixed64(m.buf, start)
             elif number == 8:
                 end_time = _fixed64(m.buf, start)
+        elif wire == 5 and number == 16:  # flags (fixed32): is the parent remote
+            flags = (m.buf[start] | (m.buf[start + 1] << 8) | (m.buf[start + 2] << 16)
+                     | (<unsigned int>m.buf[start + 3] << 24))
     if len(trace_id) != 16 or len(span_id) != 8:
         raise ValueError("a span without a 16-byte trace id or 8-byte span id")
     out.append((trace_id.hex(), m.make(span_id.hex(), parent.hex(), start_time, end_time,
-                                       service, version, attrs, docs, evals, events),
+                                       service, version, attrs, docs, evals, events,
+                                       len(parent) > 0 and flags & 0x300 == 0x300),
                 dropped))
 
 
@@ -241,7 +246,8 @@ cdef _resource(_Message m, Py_ssize_t pos, Py_ssize_t end, dict found):
 def spans(bytes raw, dict routes, route, tuple kinds, frozenset events, documents, make):
     """Every span of an `otlp_proto` TracesData, in order: (trace id, the span as
     `make(span id, parent span id ("" for none), start, end (unix ns), service, version,
-    attributes, documents, evaluations, events)` makes it, content fields dropped).
+    attributes, documents, evaluations, events, whether the parent is remote (the span
+    flags))` makes it, content fields dropped).
     `routes` and `route` route an attribute by its key, `kinds` are the route kinds
     (ignore, content, keep, row; any other: GenAI documents, read by `documents`),
     `events` the event names read."""

@@ -32,7 +32,8 @@ _EMBEDDING_MODELS: Final = ("gen_ai.request.model", "embedding.model_name")
 
 
 def is_root(span: Span) -> bool:
-    return not span.parent
+    """The trace's root span, or this service's part of it (its parent is remote)."""
+    return span.root()
 
 
 def decision_span(spans: Iterable[Span]) -> Span | None:

@@ -64,6 +64,8 @@ _CONTENT_PREFIXES: Final = ("llm.input_messages.", "llm.output_messages.", "llm.
                             "llm.tools.", "gen_ai.prompt.", "gen_ai.completion.")
 _CONTENT_LAST: Final = CONTENT_FIELDS | {"metadata", "query"}
 _USED_KINDS: Final = frozenset({"LLM", "RETRIEVER", "EMBEDDING", "RERANKER"})
+# OTLP span flags: whether the parent's context is known to be remote, and that it is.
+REMOTE_PARENT: Final = 0x100 | 0x200
 # Events read by the mapping; the rest (logs, exceptions with their messages) are dropped.
 EVENTS: Final = frozenset({"rag.claim", "gen_ai.evaluation.result"})
 
@@ -108,6 +110,13 @@ class Span(msgspec.Struct, array_like=True, gc=False):
     docs: list[tuple[str | None, float | None]] = []
     evals: list[tuple[str | None, float | None]] = []  # OpenInference evaluations.N
     events: list[tuple[str, dict[str, Value]]] = []
+    # Its parent is in another service (the OTLP span flags say the parent context came
+    # from a remote caller): this service's local root.
+    remote: bool = False
+
+    def root(self) -> bool:
+        """The trace's root span, or this service's part of it (a remote parent)."""
+        return not self.parent or self.remote
 
 
 class Fragment(msgspec.Struct, array_like=True, gc=False):
@@ -203,8 +212,8 @@ class _Gather:
 
     def add(self, trace_id: str, span: Span, dropped: int) -> None:
         """Count `span` in its trace's fragment; keep it if the mapping can use it (a
-        root; documents, evaluations, kept events; a kept attribute other than the span
-        kind of a chain, tool or agent)."""
+        root or local root; documents, evaluations, kept events; a kept attribute other
+        than the span kind of a chain, tool or agent)."""
         fragment = self.by_trace.get(trace_id)
         if fragment is None:
             fragment = self.by_trace[trace_id] = Fragment(trace_id, self.source, [])
@@ -214,7 +223,7 @@ class _Gather:
         self.spans += 1
         attrs = span.attrs
         kind = attrs.get("openinference.span.kind", "CHAIN")  # any value type may come
-        if (not span.parent or span.docs or span.evals or span.events or len(attrs) > 1
+        if (span.root() or span.docs or span.evals or span.events or len(attrs) > 1
                 or (isinstance(kind, str) and kind.upper() in _USED_KINDS)):
             fragment.spans.append(span)
 
@@ -272,6 +281,8 @@ def _walk_json(document: Any, gather: _Gather) -> None:
                 trace_id = read.json_id(raw.get("traceId"), 32)
                 if len(trace_id) != 32 or len(span.span_id) != 16:
                     raise ValueError("a span without a trace id or span id")
+                flags = read.json_int(raw.get("flags") or 0, 0, 2**32)
+                span.remote = bool(span.parent) and flags & REMOTE_PARENT == REMOTE_PARENT
                 gather.add(trace_id, span, gather.dropped - before)
 
 
@@ -296,6 +307,7 @@ def _walk_proto(data: TracesData, gather: _Gather) -> None:
                         span.events.append((event.name, kept.attrs))
                     else:
                         gather.dropped += _content_count(kv.key for kv in event.attributes)
+                span.remote = bool(span.parent) and raw.flags & REMOTE_PARENT == REMOTE_PARENT
                 gather.add(raw.trace_id.hex(), span, gather.dropped - before)
 
 

@@ -76,6 +76,7 @@ class Pending(msgspec.Struct, array_like=True, gc=False):
     decision: bool
     root: bool
     decision_source: tuple[str, int, int] | None = None  # the message of its decision span
+    local_root: bool = False    # a span whose parent is remote (in a calling service)
 
 
 class Marks(msgspec.Struct, array_like=True, gc=False):
@@ -202,6 +203,7 @@ class SpanBuffer:
         if any("rag.decision" in span.attrs for span in kept):
             pending.decision, pending.decision_source = True, fragment.source
         pending.root = pending.root or any(not s.parent for s in kept)
+        pending.local_root = pending.local_root or any(s.remote for s in kept)
         if pending.decision and pending.root:
             self._complete.add(trace_id)
             heapq.heappush(self._soonest, (pending.newest, trace_id))
@@ -257,9 +259,12 @@ class SpanBuffer:
                 continue
             taken.append(self._take(trace_id, True))
         for trace_id in list(self.pending):
-            if not final and now < self.pending[trace_id].first + self.timeout:
+            pending = self.pending[trace_id]
+            if not final and now < pending.first + self.timeout:
                 break  # pending is oldest first
-            taken.append(self._take(trace_id, False))
+            # A service called with trace context (its root's parent is remote): the
+            # caller's spans may never come here, and without them it is whole.
+            taken.append(self._take(trace_id, pending.decision and pending.local_root))
         done = self.done  # oldest first, taken at a clock that never goes back
         while done and (len(done) > self.max_traces
                         or next(iter(done.values())) < now - self.timeout):

@@ -3,12 +3,16 @@ request again (a retry, a persistent queue replayed), and a host whose clock run
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanContext, TraceFlags
 
 from monitor.ingest.spanbuffer import SpanBuffer
-from monitor.ingest.spans import forward
+from monitor.ingest.spans import Assembled, SpanIntake, forward
+from monitor.settings import load
 from tests.ingest.test_otlp_intake import ENCODINGS, decided_of, run
 from tests.made_spans import a_fragment, a_span
 from tests.otel_apps import genai_app, messages, spread
@@ -71,3 +75,50 @@ def test_a_request_exported_again_in_another_message_is_merged_once(encoding):
     root = a_span("1" * 16, "", 100.0, **{"rag.decision": "answer"})
     buffer.add(a_fragment("a" * 32, 1, root, root))
     assert len(buffer.pending["a" * 32].spans) == 1 and buffer.counts["spans_duplicate"] == 1
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_a_service_called_with_trace_context_is_whole_without_its_callers_spans(encoding):
+    """A RAG service behind a traced gateway: its first span's parent is the gateway's
+    (remote: the OTLP span flags say so), whose spans may never reach this topic. Its
+    traces are assembled at the timeout as `assembled`, not `incomplete`, with the
+    latency of its own first span; with the caller's root span there, as usual."""
+    spans, decided = genai_app(12, seed=9)
+    called = _called(spans, remote=True)
+    intake, assembled = _at_timeout(called, encoding)
+    assert decided_of(assembled) == decided
+    assert intake.buffer.counts["traces_assembled"] == 12
+    assert intake.buffer.counts["traces_incomplete"] == 0
+    # A parent not said to be remote (a span of this service lost): incomplete.
+    lost, _ = _at_timeout(_called(spans, remote=False), encoding)
+    assert lost.buffer.counts["traces_incomplete"] == 12
+    for item in assembled:
+        first = min((s for s in called if f"{s.context.trace_id:032x}" == item.trace_id),
+                    key=lambda s: s.start_time or 0)
+        latency = json.loads(item.raw or b"")["usage"]["latency_ms"]
+        assert latency == ((first.end_time or 0) - (first.start_time or 0)) / 1e6
+
+
+def _called(spans: list[ReadableSpan], remote: bool) -> list[ReadableSpan]:
+    """The spans with each trace's root made the child of a caller's span."""
+    out = []
+    for span in spans:
+        trace = span.context.trace_id
+        parent = (SpanContext(trace, 0xCA11, is_remote=remote,
+                              trace_flags=TraceFlags(TraceFlags.SAMPLED))
+                  if span.parent is None else span.parent)
+        out.append(ReadableSpan(span.name, span.context, parent, span.resource,
+                                span.attributes, span.events, span.links, span.kind,
+                                status=span.status, start_time=span.start_time,
+                                end_time=span.end_time))
+    return out
+
+
+def _at_timeout(spans: list[ReadableSpan], encoding: str) -> tuple[SpanIntake, list[Assembled]]:
+    """The intake after every message, waiting for roots, then at the timeout."""
+    intake = SpanIntake(load())
+    for offset, raw in enumerate(messages(spans, encoding, 7)):
+        intake.merge(intake.read(raw, ("otlp_spans", 0, offset)).fragments)
+    assert intake.take() == []  # complete only with the root: waits for it
+    newest = max(span.end_time or 0 for span in spans) / 1e9
+    return intake, intake.take(newest + 31)  # past otlp_timeout_seconds
