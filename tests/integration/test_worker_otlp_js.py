@@ -2,10 +2,10 @@
 OpenTelemetry JS SDK (tests/js/otel_app.mjs), its spans encoded by the JS SDK's own OTLP
 serializers (protobufjs-based protobuf, and its JSON, which writes 64-bit integers as
 numbers and times as strings) and produced by kafkajs (gzip-compressed record batches,
-and keyed by trace id; some messages sent twice, as an exporter's retry does), on both
-brokers. The worker's counts per release, decision and reason equal what the app
-decided, every decision is the one the whole trace gives (a span sent twice is merged
-once), and
+and keyed by trace id; some messages sent twice, as an exporter's retry does; some
+requests served for a traced caller whose spans never come), on both brokers. The
+worker's counts per release, decision and reason equal what the app decided, every
+decision is the one the whole trace gives (a span sent twice is merged once), and
 `ragmon replay --otlp` on the same spans as JSON lines counts the same."""
 
 from __future__ import annotations
@@ -59,12 +59,13 @@ def node() -> str:
 
 def js_app(node: str, out: Path, requests: int, seed: int, encoding: str,
            keyed: bool = False, send: tuple[str, str] | None = None,
-           compression: str = "none", resend: int = 0) -> dict:
+           compression: str = "none", resend: int = 0, called: int = 0) -> dict:
     """Run the JS app; what it wrote to `out` (decisions, messages in both encodings).
-    `resend`: every so many messages sent twice (an exporter's retry)."""
+    `resend`: every so many messages sent twice (an exporter's retry); `called`: every
+    so many requests served for a traced caller (a remote parent, never here)."""
     command = [node, str(APP / "otel_app.mjs"), "--requests", str(requests), "--seed",
                str(seed), "--encoding", encoding, "--out", str(out),
-               "--compression", compression, "--resend", str(resend)]
+               "--compression", compression, "--resend", str(resend), "--called", str(called)]
     if keyed:
         command.append("--keyed")
     if send is not None:
@@ -81,10 +82,12 @@ def decided(run: dict) -> Counter[tuple[str, str, str]]:
 def test_spans_of_the_otel_js_sdk_sent_by_kafkajs_are_counted_as_decided(node, broker,
                                                                           tmp_path):
     settings = broker.settings()
-    process, port = start_worker(broker, tmp_path, env=OTLP)
+    # Traces of requests served for a traced caller wait for its root until the timeout.
+    process, port = start_worker(broker, tmp_path, env={**OTLP, "RAGMON_OTLP_TIMEOUT_SECONDS": "6"})
     try:
         batches = js_app(node, tmp_path / "batches.json", 80, 1, "proto",
-                         send=(broker.bootstrap, "otlp_spans"), compression="gzip", resend=2)
+                         send=(broker.bootstrap, "otlp_spans"), compression="gzip", resend=2,
+                         called=4)
         keyed = js_app(node, tmp_path / "keyed.json", 40, 2, "json", keyed=True,
                        send=(broker.bootstrap, "otlp_spans"), resend=3)
         runs = (batches, keyed)
@@ -102,6 +105,7 @@ def test_spans_of_the_otel_js_sdk_sent_by_kafkajs_are_counted_as_decided(node, b
         for code in ("critical_claim_unsupported", "weak_retrieval"):
             assert by_reason(got, code) == reasons[code]
         assert otlp(got, "traces", "assembled") == traces
+        assert otlp(got, "traces", "incomplete") == 0  # those of a traced caller too
         assert otlp(got, "traces", "rejected") == rejected
         # Messages sent twice: their spans merged once (`duplicate`), or counted `late`
         # had their trace been taken before the second copy came; never merged again.

@@ -5,7 +5,7 @@
 //
 //   node otel_app.mjs --requests N --seed S --encoding proto|json [--keyed]
 //                     --out FILE [--broker HOST:PORT --topic T --compression none|gzip
-//                     --resend K]
+//                     --resend K] [--called K]
 //
 // Writes FILE: {"decided": [[release, decision, reason, n], ...], "rejected": n,
 // "spans": n, "messages": [{"key": hex or null, "proto": base64, "json": text}]} (both
@@ -13,7 +13,11 @@
 // messages: export requests of 200 spans unkeyed (the Collector exporter's default),
 // or one message a trace keyed by its trace id in hex (`--keyed`); with `--resend K`
 // every K-th message is sent twice, as an exporter that retries a request it timed out
-// on (FILE's "resent_spans" counts the spans sent again).
+// on (FILE's "resent_spans" counts the spans sent again). With `--called K` every K-th
+// request is served as if called by a traced gateway: its first span's parent is the
+// gateway's, a remote span context (the W3C traceparent a caller propagates), whose
+// spans never come here.
+import { randomBytes } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { context, trace } from "@opentelemetry/api";
@@ -29,6 +33,7 @@ const { values: args } = parseArgs({ options: {
   encoding: { type: "string", default: "proto" }, keyed: { type: "boolean", default: false },
   out: { type: "string" }, broker: { type: "string" }, topic: { type: "string" },
   compression: { type: "string", default: "none" }, resend: { type: "string", default: "0" },
+  called: { type: "string", default: "0" },
 } });
 
 export const CONTENT_MARKER = "SECRET-CONTENT-7f3a";  // tests/otel_apps.py's
@@ -59,9 +64,14 @@ for (let n = 0; n < Number(args.requests); n++) {
   const release = rng() < 0.5 ? "js-1" : "js-2";  // js-2 set by rag.release
   const invalid = n % 17 === 16;                  // a decision the contract refuses
   const decision = invalid ? "maybe" : pick(["answer", "answer", "partial", "abstain"]);
+  const called = Number(args.called) > 0 && n % Number(args.called) === 0;
+  const caller = called ? trace.setSpanContext(context.active(), {
+    traceId: randomBytes(16).toString("hex"), spanId: randomBytes(8).toString("hex"),
+    traceFlags: 1, isRemote: true,
+  }) : context.active();
   const root = tracer.startSpan("RunnableSequence", { attributes: {
     "openinference.span.kind": "CHAIN", "input.value": `${CONTENT_MARKER} question ${n}`,
-  } });
+  } }, caller);
   const inRoot = trace.setSpan(context.active(), root);
   const documents = Array.from({ length: 3 + Math.floor(rng() * 5) }, (_, i) => ({
     id: `kb-${n}-${i}`, score: Math.round((0.95 - i / 10) * 100) / 100,
