@@ -54,11 +54,15 @@ TRUST_SECONDS: Final = 3.0
 # clock at most to the wall clock plus AHEAD_SECONDS (hosts agree within it), and a
 # buffer's clock moves to the median of the last RECENT fragments' ends, not their
 # newest: a few traces far ahead among the others move it not at all (in a backlog read
-# an hour late, the wall clock alone would not hold them). The forwarders' marks say the
-# median the same way (`spans.forward`). The skewed trace's own decision keeps its time
-# (beyond `max_future_seconds`, refused downstream as `future_timestamp`).
+# an hour late, the wall clock alone would not hold them). While spans stream in, the
+# clock lags the newest end by half the time the last RECENT fragments span (~2 s at one
+# trace a second, nothing at high rates); once the input is quiet, `quiet` moves it on to
+# the newest end seen, so a trace of a service with little traffic waits no longer than
+# before. The forwarders' marks say the median the same way (`spans.forward`). The skewed
+# trace's own decision keeps its time (beyond `max_future_seconds`, refused downstream
+# as `future_timestamp`).
 AHEAD_SECONDS: Final = 1.0
-RECENT: Final = 9
+RECENT: Final = 5
 TRACE_OUTCOMES: Final = ("assembled", "incomplete", "no_decision", "rejected", "evicted")
 SPAN_OUTCOMES: Final = ("read", "kept", "duplicate", "late", "over_limit")
 
@@ -98,6 +102,7 @@ class _State(msgspec.Struct, array_like=True):
     marks: dict[int, tuple[float, bool]] = {}         # partition -> newest (s), at end
     heard: dict[int, float] = {}                      # partition -> its marks' `sent`
     recent: list[float] = []                          # the last fragments' ends
+    newest: float = float("-inf")                     # the newest fragment end seen
 
 
 class Ready(NamedTuple):
@@ -154,6 +159,7 @@ class SpanBuffer:
         self.max_spans = max_spans
         self.clock = float("-inf")
         self.recent: deque[float] = deque(maxlen=RECENT)  # the last fragments' ends
+        self.newest = float("-inf")             # the newest fragment end seen
         self.sources = 0                        # 0: no marks (one source, read in order)
         self.marks: dict[int, tuple[float, bool]] = {}
         self.pending: dict[str, Pending] = {}   # oldest first
@@ -188,6 +194,7 @@ class SpanBuffer:
         recent = self.recent
         recent.append(newest)
         self.clock = max(self.clock, sorted(recent)[len(recent) // 2])
+        self.newest = max(self.newest, newest)
         if pending is None:
             pending = self.pending[trace_id] = Pending(
                 self.clock, newest, [], [], False, False)
@@ -271,6 +278,12 @@ class SpanBuffer:
             del done[next(iter(done))]
         return taken
 
+    def quiet(self, seconds: float) -> list[Ready]:
+        """`due` after `seconds` without input: the clock moves on by them from the newest
+        span end seen (each end at most the wall clock then): with no span coming, it
+        need not stay at the median of the last."""
+        return self.due(max(self.clock, self.newest) + seconds)
+
     def count(self, outcome: str) -> None:
         """Count a trace taken: `assembled`, `incomplete`, `no_decision` or `rejected`."""
         self.counts[f"traces_{outcome}"] += 1
@@ -288,7 +301,8 @@ class SpanBuffer:
         traces can outgrow `state_max_bytes` before `max_traces` is reached)."""
         while True:
             state = _State(self.clock, self.pending, self.done, dict(self.counts),
-                           self.sources, self.marks, self.heard, list(self.recent))
+                           self.sources, self.marks, self.heard, list(self.recent),
+                           self.newest)
             blob = bytes(lz4.frame.compress(_encoder.encode(state)))
             if limit is None or len(blob) <= limit or not self.pending:
                 return blob
@@ -306,6 +320,7 @@ class SpanBuffer:
         self.clock, self.pending, self.done = state.clock, state.pending, state.done
         self.sources, self.marks, self.heard = state.sources, state.marks, state.heard
         self.recent.extend(state.recent)
+        self.newest = state.newest
         self.counts.update(state.counts)
         self._complete = {trace_id for trace_id, p in self.pending.items()
                           if p.decision and p.root}

@@ -208,11 +208,14 @@ class SpanIntake:
         """Take a forwarder's marks (`SpanBuffer.mark`), after the fragments they came with."""
         self.buffer.mark(marks)
 
-    def take(self, clock: float | None = None, final: bool = False) -> list[Assembled]:
-        """The decisions of the traces ready at `clock` (every trace if `final`),
-        validated; traces without a decision are counted (`no_decision`) and left out."""
+    def take(self, clock: float | None = None, final: bool = False,
+             quiet: float | None = None) -> list[Assembled]:
+        """The decisions of the traces ready at `clock` (every trace if `final`; after
+        `quiet` seconds without input, `SpanBuffer.quiet`), validated; traces without a
+        decision are counted (`no_decision`) and left out."""
         out = []
-        for ready in self.buffer.due(clock, final):
+        found = self.buffer.due(clock, final) if quiet is None else self.buffer.quiet(quiet)
+        for ready in found:
             assembled = self._assemble(ready)
             if assembled is not None:
                 out.append(assembled)

@@ -31,8 +31,9 @@ from the checkpoint (offsets at or before it are skipped); a decision produced t
 (produced, then a crash before the checkpoint) carries the same trace id and is folded
 once by the decisions topic's de-duplication. A fragment forwarded twice (a crash
 after forwarding, before the commit) is merged once: the buffer knows its source.
-While a buffer's partition is quiet, `tick` moves its buffer's clock on with the wall
-clock, so that the last traces before a pause are assembled.
+While a buffer's partition is quiet, `tick` moves its buffer's clock on, from the newest
+span end it has seen, with the wall clock, so that the last traces before a pause are
+assembled.
 """
 
 from __future__ import annotations
@@ -233,7 +234,8 @@ class SpanStage:
 
     async def tick(self, assigned: set[Where]) -> None:
         """Assemble what is due in quiet buffers: a buffer without records for
-        `otlp_grace_seconds` moves its clock on by the wall time since. A partition
+        `otlp_grace_seconds` moves its clock on by the wall time since, from the newest
+        span end it has seen (`SpanBuffer.quiet`). A partition
         assigned here whose buffer is not held (a rebalance moved it, or gave it back)
         is restored first: its waiting traces are due whether or not records follow."""
         await self._restore_all(assigned - set(self.held))
@@ -247,7 +249,7 @@ class SpanStage:
                 continue
             held.quiet_since = now
             waiting = len(buffer)
-            due = held.intake.take(buffer.clock + quiet)
+            due = held.intake.take(quiet=quiet)
             if len(buffer) < waiting:  # traces taken (counted): checkpointed with the rest
                 work.append(_Step(where, held, due, held.applied))
         await self._deliver(work)

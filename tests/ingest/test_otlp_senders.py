@@ -122,3 +122,17 @@ def _at_timeout(spans: list[ReadableSpan], encoding: str) -> tuple[SpanIntake, l
     assert intake.take() == []  # complete only with the root: waits for it
     newest = max(span.end_time or 0 for span in spans) / 1e9
     return intake, intake.take(newest + 31)  # past otlp_timeout_seconds
+
+
+def test_a_service_with_little_traffic_waits_no_longer_than_its_grace_once_quiet():
+    """The clock follows the median of the last fragments' ends: with a trace every 10 s
+    it lags the newest by 20 s while spans come. Once the input is quiet for the grace,
+    the clock moves on from the newest end seen, and each trace is taken then."""
+    buffer = SpanBuffer(grace_seconds=2, timeout_seconds=30, max_traces=100, max_spans=10)
+    for n in range(12):
+        trace = f"{n:032x}"
+        buffer.add(a_fragment(trace, n, a_span("1" * 16, "", 1000.0 + 10 * n,
+                                               **{"rag.decision": "answer"})))
+        assert buffer.due() == []                 # in its grace
+        assert [ready.trace_id for ready in buffer.quiet(2.0)] == [trace]
+    assert buffer.clock == 1000.0 + 10 * 11 + 2
