@@ -22,7 +22,8 @@ and until every partition has been heard of.
 
 Bounded: at most `max_traces` traces wait (beyond that the oldest incomplete one is
 evicted, counted; a complete one is never evicted, it is taken before its grace)
-and at most `max_spans` spans are kept per trace (more are counted, not kept). A
+and at most `max_spans` spans are kept per trace (more are counted, not kept, except up
+to `ESSENTIAL_MAX` decision and root spans: without them a trace has no decision). A
 fragment seen twice (the same source message, redelivered) is merged once, and so is a
 span sent again in another message (the same span id in its trace: an exporter's retry),
 counted `duplicate`; spans of a trace already taken within the last `timeout_seconds`
@@ -63,6 +64,8 @@ TRUST_SECONDS: Final = 3.0
 # as `future_timestamp`).
 AHEAD_SECONDS: Final = 1.0
 RECENT: Final = 5
+# Spans kept beyond `max_spans` in one trace if they carry its decision or are a root.
+ESSENTIAL_MAX: Final = 8
 TRACE_OUTCOMES: Final = ("assembled", "incomplete", "no_decision", "rejected", "evicted")
 SPAN_OUTCOMES: Final = ("read", "kept", "duplicate", "late", "over_limit")
 
@@ -117,6 +120,14 @@ class Ready(NamedTuple):
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(_State)
+
+
+def _essential(spans: list[Span], room: int) -> list[Span]:
+    """Of the spans beyond a trace's limit, those without which it has no decision or
+    no root, up to `room`: an agent's trace of hundreds of LLM calls reached the limit
+    before its gate's span ended, and its decision was lost (counted `no_decision`)."""
+    found = [span for span in spans if "rag.decision" in span.attrs or span.root()]
+    return found[:max(room, 0)]
 
 
 def _new_spans(merged: list[Span], spans: list[Span]) -> list[Span]:
@@ -204,6 +215,9 @@ class SpanBuffer:
         count["spans_duplicate"] += len(fragment.spans) - len(spans)
         room = self.max_spans - len(pending.spans)
         kept = spans[:max(room, 0)]
+        if len(kept) < len(spans):
+            kept += _essential(spans[len(kept):], self.max_spans + ESSENTIAL_MAX
+                               - len(pending.spans) - len(kept))
         pending.spans.extend(kept)
         count["spans_kept"] += len(kept)
         count["spans_over_limit"] += len(spans) - len(kept)

@@ -136,3 +136,23 @@ def test_a_service_with_little_traffic_waits_no_longer_than_its_grace_once_quiet
         assert buffer.due() == []                 # in its grace
         assert [ready.trace_id for ready in buffer.quiet(2.0)] == [trace]
     assert buffer.clock == 1000.0 + 10 * 11 + 2
+
+
+def test_an_agent_of_hundreds_of_llm_calls_keeps_its_decision_beyond_the_span_limit():
+    """Spans beyond `otlp_spans_per_trace_max` are counted, not kept; the decision span of
+    an agent's trace that ends after hundreds of LLM spans was one of them, and the trace
+    had no decision. Decision and root spans are kept beyond the limit (a few)."""
+    buffer = SpanBuffer(grace_seconds=2, timeout_seconds=30, max_traces=100, max_spans=10)
+    calls = [a_span(f"{n + 2:016x}", "1" * 16, 100.0 + n / 100,
+                    **{"openinference.span.kind": "LLM", "llm.model_name": "m"})
+             for n in range(30)]
+    buffer.add(a_fragment("a" * 32, 1, *calls[:20]))
+    buffer.add(a_fragment("a" * 32, 2, *calls[20:], a_span("1" * 16, "", 101.0,
+                                                           **{"rag.decision": "answer"})))
+    assert buffer.counts["spans_over_limit"] == 20 and buffer.counts["spans_kept"] == 11
+    (ready,) = buffer.due(103.0)
+    assert ready.complete and any("rag.decision" in span.attrs for span in ready.spans)
+    flood = [a_span(f"{n + 100:016x}", "", 102.0, **{"rag.decision": "answer"})
+             for n in range(50)]
+    buffer.add(a_fragment("b" * 32, 3, *calls[:10], *flood))  # bounded all the same
+    assert len(buffer.pending["b" * 32].spans) == 10 + 8
