@@ -143,6 +143,35 @@ ALERTS: list[dict[str, Any]] = spelled([
         },
     },
     {
+        "alert": "RagmonSpanTracesEvicted",
+        "expr": 'sum by (instance) (increase(<OTLP_TRACES>{outcome="evicted"}[10m])) > 0',
+        "for": "10m",
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "The span buffers evict OTel traces: their decisions are lost",
+            "description": "{{ $labels.instance }} evicted {{ $value }} OTel trace(s) from "
+                           "its span buffers in 10 minutes (otlp intake): those that carried "
+                           "a decision never reach the metrics. A flood of spans of traces "
+                           "that never complete, or more traffic waiting than "
+                           "otlp_pending_max holds: raise it, or add workers.",
+        },
+    },
+    {
+        "alert": "RagmonSpansLate",
+        "expr": 'sum by (instance) (rate(<OTLP_SPANS>{outcome="late"}[10m]))\n'
+                '/ sum by (instance) (rate(<OTLP_SPANS>{outcome="read"}[10m])) > 0.01',
+        "for": "15m",
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "Decisions are assembled before all of their spans came",
+            "description": "{{ $labels.instance }}: {{ $value | humanizePercentage }} of the "
+                           "spans read come after their trace was assembled (otlp intake), "
+                           "so decisions may lack a retrieval's scores or an LLM's usage. "
+                           "Some services export later than otlp_grace_seconds allows: "
+                           "raise it.",
+        },
+    },
+    {
         "alert": "RagmonWatchdog",
         "expr": "vector(1)",
         "labels": {"severity": "info"},

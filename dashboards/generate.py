@@ -282,6 +282,13 @@ def health() -> dict[str, Any]:
         _panel("Redeliveries skipped and checkpoints", [
             (f"sum(rate(<REDELIVERED_SKIPPED>{RATE}))", "redelivered skipped"),
             (f"sum(rate(<CHECKPOINTS>{RATE}))", "checkpoints")]),
+        _panel("Spans intake: OTLP messages and spans by outcome (otlp_topic)", [
+            (f"sum by (outcome) (rate(<OTLP_MESSAGES>{RATE}))", "messages {{outcome}}"),
+            (f"sum by (outcome) (rate(<OTLP_SPANS>{RATE}))", "spans {{outcome}}")],
+            unit="reqps"),
+        _panel("Spans intake: OTel traces by outcome, and waiting", [
+            (f"sum by (outcome) (rate(<OTLP_TRACES>{RATE}))", "{{outcome}}"),
+            ("sum by (instance) (<OTLP_PENDING>)", "waiting {{instance}}")]),
         _panel("Largest state record vs its limit", [
             ("max by (instance) (<STATE_RECORD_BYTES>)", "largest {{instance}}"),
             ("max by (instance) (<STATE_MAX_BYTES>)", "limit {{instance}}")],
