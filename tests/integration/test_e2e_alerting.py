@@ -137,7 +137,8 @@ def test_drift_alert_reaches_the_webhook_and_every_panel_has_data(broker, tmp_pa
     _Webhook.received, _Webhook.notifications = [], []
     worker, metrics = start_worker(broker, tmp_path, env={
         "RAGMON_WINDOW_SECONDS": "10", "RAGMON_ALLOWED_LATENESS_SECONDS": "5",
-        "RAGMON_SLICE_DIMENSIONS": "language"})
+        "RAGMON_SLICE_DIMENSIONS": "language",
+        "RAGMON_OTLP_TOPIC": "otlp_spans"})  # on, for the health board's spans panels
     am_port, prom_port = free_port(), free_port()
     (tmp_path / "am.yml").write_text(json.dumps(example_alertmanager(hook.server_port)))
     (tmp_path / "rules.yml").write_text(json.dumps(_rules_every_second()))
