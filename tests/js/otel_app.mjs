@@ -36,7 +36,7 @@ const { values: args } = parseArgs({ options: {
   called: { type: "string", default: "0" },
 } });
 
-export const CONTENT_MARKER = "SECRET-CONTENT-7f3a";  // tests/otel_apps.py's
+const CONTENT_MARKER = "SECRET-CONTENT-7f3a";  // tests/otel_apps.py's
 const REASONS = { answer: "ok", partial: "critical_claim_unsupported", abstain: "weak_retrieval" };
 
 function random(seed) {  // mulberry32: the same decisions for the same seed
