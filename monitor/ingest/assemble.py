@@ -20,7 +20,7 @@ import msgspec
 from monitor.ingest.otlp import Span
 from monitor.ingest.otlp_values import Value
 
-__all__ = ["assemble", "decision_span", "is_root", "span_attributes"]
+__all__ = ["assemble", "decision_span", "span_attributes"]
 
 _ENCODE: Final = msgspec.json.Encoder().encode
 _LLM_OPERATIONS: Final = frozenset({"chat", "text_completion", "generate_content"})
@@ -29,11 +29,6 @@ _SYSTEM: Final = ("model", "embedding_model", "index_version", "reranker", "prom
 _TOP: Final = ("query_tokens", "cluster", "decision", "reason", "rule")
 _LLM_MODELS: Final = ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name")
 _EMBEDDING_MODELS: Final = ("gen_ai.request.model", "embedding.model_name")
-
-
-def is_root(span: Span) -> bool:
-    """The trace's root span, or this service's part of it (its parent is remote)."""
-    return span.root()
 
 
 def decision_span(spans: Iterable[Span]) -> Span | None:
@@ -59,7 +54,7 @@ def assemble(trace_id: str, spans: list[Span]) -> bytes | None:
     roots = []
     for span in ordered:
         by_kind.setdefault(_kind(span), []).append(span)
-        if is_root(span):
+        if span.root():  # the trace's root, or this service's part of it
             roots.append(span)
     llms, retrievals, embeddings = by_kind["LLM"], by_kind["RETRIEVER"], by_kind["EMBEDDING"]
     message: dict[str, Any] = {

@@ -24,13 +24,11 @@ from workers import (
     wait_for,
 )
 
-from monitor.cli import main
 from monitor.client import produce
-from monitor.ingest.spans import SpanIntake
-from monitor.settings import load
 from monitor.simulate import Simulator
 from monitor.worker.connection import kafka_python_options
 from tests.otel_apps import CONTENT_MARKER, genai_app, keyed_messages, langchain_app, messages
+from tests.otlp_checks import replay_otlp, replayed_decisions, whole_decisions
 
 pytestmark = pytest.mark.integration
 
@@ -74,16 +72,6 @@ def read_all(settings, topic: str) -> list[bytes]:
         return values
     finally:
         consumer.close()
-
-
-def whole_decisions(raws: list[bytes]) -> set[bytes]:
-    """The decisions one intake makes of these OTLP messages' spans all at once (every
-    trace whole, nothing late), as produced to the decisions topic."""
-    whole = SpanIntake(load())
-    for offset, raw in enumerate(raws):
-        found = whole.read(raw, ("whole", 0, offset))
-        whole.merge(getattr(found, "fragments", []))
-    return {item.raw for item in whole.take(final=True) if item.raw is not None}
 
 
 def by_decision(samples) -> Counter[tuple[str, str]]:
@@ -154,17 +142,9 @@ def test_spans_of_instrumented_apps_are_counted_as_the_apps_decided(broker, tmp_
             assert CONTENT_MARKER.encode() not in page.read()
         # `ragmon replay --otlp` on the same spans (as the Collector's file exporter
         # writes them) gives the same decisions.
-        path = tmp_path / "spans.jsonl"
-        path.write_bytes(b"\n".join(messages(lc_spans, "otlp_json", 9)
-                                     + messages(g_spans, "otlp_json", 4)) + b"\n")
-        summary = tmp_path / "summary.json"
-        assert main(["replay", "--otlp", str(path), "--out", str(summary),
-                     "--no-progress"]) == 0
-        replayed = json.loads(summary.read_text())
-        assert Counter({(release, decision): n
-                        for release, entry in replayed["releases"].items()
-                        for decision, n in entry["total"]["decisions"].items() if n}
-                       ) == by_decision(got)
+        replayed = replay_otlp(tmp_path, messages(lc_spans, "otlp_json", 9)
+                               + messages(g_spans, "otlp_json", 4))
+        assert replayed_decisions(replayed) == by_decision(got)
         assert replayed["otlp"]["traces"]["assembled"] == traces
         letters = read_dlq(broker.bootstrap, settings.topic_dlq, 4)
         reasons_dlq = Counter(dict(r.headers)["ragmon.reason"].decode() for r in letters)

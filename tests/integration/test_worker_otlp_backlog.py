@@ -15,11 +15,12 @@ from __future__ import annotations
 import pytest
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
-from test_worker_otlp import OTLP, by_decision, expected, otlp, read_all, send, whole_decisions
+from test_worker_otlp import OTLP, by_decision, expected, otlp, read_all, send
 from workers import scrape, start_worker, stop, wait_for
 
 from monitor.worker.connection import kafka_python_options
 from tests.otel_apps import genai_app, messages, spread
+from tests.otlp_checks import whole_decisions
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,6 @@ from pathlib import Path
 import pytest
 from workers import read_dlq, scrape, start_worker, stop, wait_for
 
-from monitor.cli import main
 from tests.integration.test_worker_otlp import (
     OTLP,
     by_decision,
@@ -31,9 +30,9 @@ from tests.integration.test_worker_otlp import (
     expected,
     otlp,
     read_all,
-    whole_decisions,
 )
 from tests.otel_apps import CONTENT_MARKER
+from tests.otlp_checks import replay_otlp, replayed_decisions, whole_decisions
 
 pytestmark = pytest.mark.integration
 
@@ -124,16 +123,9 @@ def test_spans_of_the_otel_js_sdk_sent_by_kafkajs_are_counted_as_decided(node, b
             assert CONTENT_MARKER.encode() not in (record.value or b"") + b"".join(
                 dict(record.headers).values())
         # The same spans as the JS SDK's OTLP/JSON, one request a line, replayed offline.
-        path = tmp_path / "spans.jsonl"
-        path.write_text("".join(m["json"] + "\n" for run in runs for m in run["messages"]))
-        summary = tmp_path / "summary.json"
-        assert main(["replay", "--otlp", str(path), "--out", str(summary),
-                     "--no-progress"]) == 0
-        replayed = json.loads(summary.read_text())
-        assert Counter({(release, decision): n
-                        for release, entry in replayed["releases"].items()
-                        for decision, n in entry["total"]["decisions"].items() if n}
-                       ) == by_decision(got)
+        replayed = replay_otlp(tmp_path, [m["json"].encode() for run in runs
+                                          for m in run["messages"]])
+        assert replayed_decisions(replayed) == by_decision(got)
         assert replayed["otlp"]["traces"]["rejected"] == rejected
     finally:
         stop(process)
